@@ -1,0 +1,486 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ModelStyle is the wire protocol of the model endpoint.
+// +kubebuilder:validation:Enum=openai;anthropic
+type ModelStyle string
+
+const (
+	// ModelStyleOpenAI speaks the OpenAI chat-completions protocol (OpenAI, Ollama, vLLM, LiteLLM...).
+	ModelStyleOpenAI ModelStyle = "openai"
+	// ModelStyleAnthropic speaks the Anthropic messages protocol.
+	ModelStyleAnthropic ModelStyle = "anthropic"
+)
+
+// ModelSpec says which model endpoint a run talks to.
+type ModelSpec struct {
+	// style is the endpoint's protocol: openai (the default; any OpenAI-compatible endpoint) or
+	// anthropic.
+	// +optional
+	// +kubebuilder:default=openai
+	Style ModelStyle `json:"style,omitempty"`
+
+	// name is the model id, sent verbatim.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+
+	// baseURL of the endpoint, for example https://api.openai.com/v1 or http://ollama:11434/v1.
+	// Defaults to https://api.openai.com/v1 for openai and https://api.anthropic.com for anthropic.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="model.baseURL must start with http:// or https://"
+	BaseURL string `json:"baseURL,omitempty"`
+
+	// apiKeySecretRef names the Secret key holding the API key. Local endpoints need none. The key
+	// never appears in status, events, logs or the transcript.
+	// +optional
+	APIKeySecretRef *SecretKeyReference `json:"apiKeySecretRef,omitempty"`
+
+	// retries is how many consecutive transient failures (429, 5xx, network) are tolerated before
+	// the run fails.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Retries *int32 `json:"retries,omitempty"`
+
+	// requestTimeout bounds one model request (default 120s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	RequestTimeout *metav1.Duration `json:"requestTimeout,omitempty"`
+}
+
+// HTTPMethod is the method of an HTTP tool request.
+// +kubebuilder:validation:Enum=GET;POST;PUT;PATCH;DELETE
+type HTTPMethod string
+
+// SecretValueSource says where a header value comes from.
+type SecretValueSource struct {
+	// secretKeyRef selects a key of a Secret in the run's namespace.
+	// +required
+	SecretKeyRef SecretKeyReference `json:"secretKeyRef"`
+}
+
+// HTTPHeader is one header sent with every request of a tool.
+// +kubebuilder:validation:XValidation:rule="has(self.value) != has(self.valueFrom)",message="a header needs exactly one of value or valueFrom"
+type HTTPHeader struct {
+	// name of the header.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	Name string `json:"name"`
+
+	// value is a literal value. Put credentials in a Secret and use valueFrom instead.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Value *string `json:"value,omitempty"`
+
+	// valueFrom reads the value from a Secret when the tool is called. It is never logged or stored.
+	// +optional
+	ValueFrom *SecretValueSource `json:"valueFrom,omitempty"`
+}
+
+// HTTPToolSpec calls an HTTP endpoint; see the README for the suspension wire protocol.
+type HTTPToolSpec struct {
+	// url of the endpoint. `{name}` segments are filled from the call's arguments of that name,
+	// which are then left out of the body.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="http.url must start with http:// or https://"
+	URL string `json:"url"`
+
+	// method of the request (default POST).
+	// +optional
+	// +kubebuilder:default=POST
+	Method HTTPMethod `json:"method,omitempty"`
+
+	// headers sent with every request.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Headers []HTTPHeader `json:"headers,omitempty"`
+
+	// timeout of one request (default 30s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// ToolSpec declares one tool the model may call.
+// +kubebuilder:validation:XValidation:rule="has(self.http)",message="a tool needs exactly one implementation: set http"
+type ToolSpec struct {
+	// name the model calls the tool by.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_-]{1,64}$`
+	// +kubebuilder:validation:MaxLength=64
+	Name string `json:"name"`
+
+	// description tells the model what the tool does.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Description string `json:"description,omitempty"`
+
+	// parameters is the JSON Schema of the tool's arguments (an object schema).
+	// +optional
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	Parameters *apiextensionsv1.JSON `json:"parameters,omitempty"`
+
+	// http makes the tool an HTTP call.
+	// +optional
+	HTTP *HTTPToolSpec `json:"http,omitempty"`
+}
+
+// MCPServerSpec connects a remote MCP server over streamable HTTP. Its tools are named
+// <server>_<tool>.
+type MCPServerSpec struct {
+	// name prefixes the server's tool names.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_-]{1,32}$`
+	// +kubebuilder:validation:MaxLength=32
+	Name string `json:"name"`
+
+	// url of the server's streamable HTTP endpoint.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="mcpServers[].url must start with http:// or https://"
+	URL string `json:"url"`
+
+	// tools is an allow-list of the server's tool names (as the server names them). Empty means all.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MaxLength=128
+	Tools []string `json:"tools,omitempty"`
+
+	// headers sent with every request to the server.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Headers []HTTPHeader `json:"headers,omitempty"`
+
+	// timeout bounds each phase (connect, list, call); default 30s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// Builtin names a tool that ships with the operator.
+// +kubebuilder:validation:Enum=question
+type Builtin string
+
+// BuiltinQuestion asks the person one or more questions (toolnexus §4A).
+const BuiltinQuestion Builtin = "question"
+
+// ApprovalGate asks for approval before a matching tool runs.
+type ApprovalGate struct {
+	// tools are globs over final tool names (for MCP tools, <server>_<tool>).
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=128
+	Tools []string `json:"tools"`
+
+	// when is a CEL expression over `tool` (string) and `args` (map) that must be true for the gate
+	// to apply, for example `args.amount > 1000`. Empty means always.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	When string `json:"when,omitempty"`
+
+	// prompt shown to the approver, a Go template over {{.tool}} and {{.arguments}}.
+	// Default: "Approve the call to <tool>?".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Prompt string `json:"prompt,omitempty"`
+}
+
+// OnTimeout says what an expired PendingRequest does to its run.
+// +kubebuilder:validation:Enum=Decline;Fail
+type OnTimeout string
+
+const (
+	// OnTimeoutDecline answers the request {ok: false, reason: expired}; the model is told and
+	// the run continues.
+	OnTimeoutDecline OnTimeout = "Decline"
+	// OnTimeoutFail answers the request as expired and fails the run with reason RequestExpired.
+	OnTimeoutFail OnTimeout = "Fail"
+)
+
+// SuspensionPolicy governs the run's PendingRequests.
+type SuspensionPolicy struct {
+	// timeout after which an unanswered PendingRequest expires. Unset: it waits forever.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// onTimeout is Decline (the default) or Fail.
+	// +optional
+	// +kubebuilder:default=Decline
+	OnTimeout OnTimeout `json:"onTimeout,omitempty"`
+
+	// approvers who may answer this run's requests; copied into each PendingRequest.
+	// +optional
+	Approvers *Approvers `json:"approvers,omitempty"`
+}
+
+// AgentRunSpec is one agent run: a model, a prompt, tools and policies. It is immutable after
+// creation, except cancel.
+// +kubebuilder:validation:XValidation:rule="self.model == oldSelf.model && self.prompt == oldSelf.prompt && has(self.systemPrompt) == has(oldSelf.systemPrompt) && (!has(self.systemPrompt) || self.systemPrompt == oldSelf.systemPrompt) && has(self.maxTurns) == has(oldSelf.maxTurns) && (!has(self.maxTurns) || self.maxTurns == oldSelf.maxTurns) && has(self.tools) == has(oldSelf.tools) && (!has(self.tools) || self.tools == oldSelf.tools) && has(self.mcpServers) == has(oldSelf.mcpServers) && (!has(self.mcpServers) || self.mcpServers == oldSelf.mcpServers) && has(self.builtins) == has(oldSelf.builtins) && (!has(self.builtins) || self.builtins == oldSelf.builtins) && has(self.approvals) == has(oldSelf.approvals) && (!has(self.approvals) || self.approvals == oldSelf.approvals) && has(self.suspension) == has(oldSelf.suspension) && (!has(self.suspension) || self.suspension == oldSelf.suspension) && has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec is immutable after creation except spec.cancel; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.tools) || !has(self.mcpServers) || self.tools.all(t, !self.mcpServers.exists(s, t.name.startsWith(s.name + '_')))",message="a tool name must not start with '<mcpServer name>_': that prefix is reserved for the server's tools"
+type AgentRunSpec struct {
+	// model is the endpoint the run talks to.
+	// +required
+	Model ModelSpec `json:"model"`
+
+	// systemPrompt is sent as the system message.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	SystemPrompt string `json:"systemPrompt,omitempty"`
+
+	// prompt is the first user turn.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=65536
+	Prompt string `json:"prompt"`
+
+	// maxTurns bounds the number of model turns (default 10). A run that reaches it without a final
+	// answer ends Incomplete with limit maxTurns.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxTurns int32 `json:"maxTurns,omitempty"`
+
+	// tools the model may call, in the order it is shown them. Names are unique.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.name == t.name))",message="tool names must be unique within spec.tools"
+	Tools []ToolSpec `json:"tools,omitempty"`
+
+	// mcpServers whose tools the model may call. Names are unique.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.name == t.name))",message="mcpServers names must be unique"
+	MCPServers []MCPServerSpec `json:"mcpServers,omitempty"`
+
+	// builtins are tools that ship with the operator: question.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	Builtins []Builtin `json:"builtins,omitempty"`
+
+	// approvals raise an approval request before a matching tool runs.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Approvals []ApprovalGate `json:"approvals,omitempty"`
+
+	// suspension governs the run's PendingRequests: timeout, what expiry does, who may answer.
+	// +optional
+	Suspension *SuspensionPolicy `json:"suspension,omitempty"`
+
+	// ttlSecondsAfterFinished deletes the run (and its requests) this long after it finished.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// cancel stops the run: it ends with reason Cancelled and its open requests are cancelled.
+	// +optional
+	Cancel bool `json:"cancel,omitempty"`
+}
+
+// RunPhase is a display summary of the run's conditions.
+// +kubebuilder:validation:Enum=Pending;Running;Suspended;Succeeded;Incomplete;Failed
+type RunPhase string
+
+// Run phases.
+const (
+	RunPhasePending    RunPhase = "Pending"
+	RunPhaseRunning    RunPhase = "Running"
+	RunPhaseSuspended  RunPhase = "Suspended"
+	RunPhaseSucceeded  RunPhase = "Succeeded"
+	RunPhaseIncomplete RunPhase = "Incomplete"
+	RunPhaseFailed     RunPhase = "Failed"
+)
+
+// Usage counts model tokens.
+type Usage struct {
+	// +optional
+	PromptTokens int64 `json:"promptTokens,omitempty"`
+	// +optional
+	CompletionTokens int64 `json:"completionTokens,omitempty"`
+	// +optional
+	TotalTokens int64 `json:"totalTokens,omitempty"`
+}
+
+// PendingSummary is one open PendingRequest of the run.
+type PendingSummary struct {
+	// name of the PendingRequest.
+	// +required
+	Name string `json:"name"`
+	// kind of the request (approval, authorization, input, question, ...).
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// prompt of the request, truncated.
+	// +optional
+	Prompt string `json:"prompt,omitempty"`
+	// url of an authorization request.
+	// +optional
+	URL string `json:"url,omitempty"`
+	// toolCallID is the model's id of the suspended call.
+	// +optional
+	ToolCallID string `json:"toolCallID,omitempty"`
+}
+
+// ToolCallSummary is one finished tool call, with its arguments and output truncated. The full
+// record is in the transcript.
+type ToolCallSummary struct {
+	// +required
+	ID string `json:"id"`
+	// +required
+	Name string `json:"name"`
+	// +optional
+	Arguments string `json:"arguments,omitempty"`
+	// +optional
+	Output string `json:"output,omitempty"`
+	// +optional
+	IsError bool `json:"isError,omitempty"`
+	// turn (1-based) in which the model made the call.
+	// +optional
+	Turn int32 `json:"turn,omitempty"`
+}
+
+// TranscriptReference names the object holding the run's full transcript and state.
+type TranscriptReference struct {
+	// +required
+	Name string `json:"name"`
+}
+
+// AgentRunStatus mirrors the toolnexus RunResult. Conditions are the truth; phase summarises them.
+type AgentRunStatus struct {
+	// conditions: Succeeded (terminal summary), Suspended, ToolsReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// phase is a display summary: Pending, Running, Suspended, Succeeded, Incomplete or Failed.
+	// +optional
+	Phase RunPhase `json:"phase,omitempty"`
+
+	// result in the toolnexus vocabulary: done, pending or incomplete.
+	// +optional
+	Result string `json:"result,omitempty"`
+
+	// limit that ended an incomplete run: maxTurns or timeout.
+	// +optional
+	Limit string `json:"limit,omitempty"`
+
+	// text is the final assistant text, or while suspended the prompt of the first open request.
+	// +optional
+	Text string `json:"text,omitempty"`
+
+	// turns is the number of model turns taken.
+	// +optional
+	Turns int32 `json:"turns,omitempty"`
+
+	// toolCallCount is the number of tool calls made.
+	// +optional
+	ToolCallCount int32 `json:"toolCallCount,omitempty"`
+
+	// model is the model id last sent.
+	// +optional
+	Model string `json:"model,omitempty"`
+
+	// usage sums the tokens of every model turn.
+	// +optional
+	Usage Usage `json:"usage,omitzero"`
+
+	// pendingCount is the number of open PendingRequests (the PENDING column).
+	// +optional
+	PendingCount int32 `json:"pendingCount,omitempty"`
+
+	// pending lists the run's open PendingRequests.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Pending []PendingSummary `json:"pending,omitempty"`
+
+	// toolCalls summarises the most recent tool calls, newest last.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	ToolCalls []ToolCallSummary `json:"toolCalls,omitempty"`
+
+	// transcriptRef names the object, owned by the run, that holds the full transcript.
+	// +optional
+	TranscriptRef *TranscriptReference `json:"transcriptRef,omitempty"`
+
+	// modelFailures counts consecutive transient model failures (reset by a success).
+	// +optional
+	ModelFailures int32 `json:"modelFailures,omitempty"`
+
+	// startTime is when the run took its first step.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// completionTime is when the run finished.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// observedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// AgentRun runs one LLM tool-calling agent, step by step, parking on a PendingRequest whenever a
+// tool needs a person.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ar,categories=toolnexus
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Turns",type=integer,JSONPath=`.status.turns`
+// +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingCount`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type AgentRun struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitzero"`
+
+	// +required
+	Spec AgentRunSpec `json:"spec"`
+
+	// +optional
+	Status AgentRunStatus `json:"status,omitzero"`
+}
+
+// AgentRunList is a list of AgentRuns.
+// +kubebuilder:object:root=true
+type AgentRunList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitzero"`
+	Items           []AgentRun `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&AgentRun{}, &AgentRunList{})
+}

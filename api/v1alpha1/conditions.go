@@ -1,0 +1,83 @@
+package v1alpha1
+
+// AgentRun condition types.
+const (
+	// ConditionSucceeded is the run's terminal summary: Unknown while the run is active, True when
+	// the model gave its final answer, False when the run ended any other way (incomplete, failed,
+	// cancelled). `kubectl wait --for=condition=Succeeded` waits for a successful end.
+	ConditionSucceeded = "Succeeded"
+
+	// ConditionSuspended is True while at least one PendingRequest of the run is open.
+	ConditionSuspended = "Suspended"
+
+	// ConditionToolsReady is False when a tool source (an MCP server) could not be reached; its
+	// tools are left out and the run goes on without them.
+	ConditionToolsReady = "ToolsReady"
+)
+
+// Reasons of the AgentRun Succeeded condition.
+const (
+	// ReasonPending: the run was accepted and has not taken its first step.
+	ReasonPending = "Pending"
+	// ReasonRunning: the run is taking steps.
+	ReasonRunning = "Running"
+	// ReasonWaitingForAnswer: the run is parked on one or more PendingRequests.
+	ReasonWaitingForAnswer = "WaitingForAnswer"
+	// ReasonSecretNotFound: a referenced Secret or key is missing; the run starts when it appears.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonModelRetrying: the model endpoint failed transiently; the run retries with backoff.
+	ReasonModelRetrying = "ModelRetrying"
+	// ReasonCompleted: the model gave its final answer.
+	ReasonCompleted = "Completed"
+	// ReasonMaxTurns: the run used maxTurns model turns without a final answer.
+	ReasonMaxTurns = "MaxTurns"
+	// ReasonInvalidSpec: the spec passed admission but cannot run (for example a `when`
+	// expression that does not compile).
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonModelError: the model endpoint refused the request, or kept failing past retries.
+	ReasonModelError = "ModelError"
+	// ReasonRequestExpired: a PendingRequest expired and spec.suspension.onTimeout is Fail.
+	ReasonRequestExpired = "RequestExpired"
+	// ReasonTranscriptTooLarge: the transcript outgrew what the run can store.
+	ReasonTranscriptTooLarge = "TranscriptTooLarge"
+	// ReasonCancelled: spec.cancel was set.
+	ReasonCancelled = "Cancelled"
+)
+
+// Reasons of the AgentRun Suspended and ToolsReady conditions.
+const (
+	// ReasonNoOpenRequests: no PendingRequest of the run is open.
+	ReasonNoOpenRequests = "NoOpenRequests"
+	// ReasonOpenRequests: at least one PendingRequest of the run is open.
+	ReasonOpenRequests = "OpenRequests"
+	// ReasonToolsAvailable: every tool source answered.
+	ReasonToolsAvailable = "ToolsAvailable"
+	// ReasonMCPServerUnavailable: an MCP server could not be reached; its tools are left out.
+	ReasonMCPServerUnavailable = "MCPServerUnavailable"
+)
+
+// PendingRequest condition types.
+const (
+	// ConditionAnswered is True once status.answer is set (by a person, an automation, or the
+	// controller on expiry or cancellation).
+	ConditionAnswered = "Answered"
+	// ConditionResolved is True once the run has consumed the answer.
+	ConditionResolved = "Resolved"
+)
+
+// Reasons of the PendingRequest conditions.
+const (
+	ReasonAwaitingAnswer = "AwaitingAnswer"
+	ReasonApproved       = "Approved"
+	ReasonDeclined       = "Declined"
+	ReasonExpired        = "Expired"
+	ReasonAnswerConsumed = "AnswerConsumed"
+	ReasonAnswerPending  = "AnswerNotConsumed"
+	ReasonRunGone        = "RunGone"
+)
+
+// ExpiredAnswerer is the answeredBy value of an answer the controller writes on expiry.
+const ExpiredAnswerer = "system:expired"
+
+// RunLabel is set on every PendingRequest and transcript object to the name of its AgentRun.
+const RunLabel = "toolnexus.dev/run"

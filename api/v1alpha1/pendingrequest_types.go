@@ -1,0 +1,169 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RunReference names the AgentRun a PendingRequest belongs to, in the same namespace.
+type RunReference struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// ToolCall is the suspended call as the model made it.
+type ToolCall struct {
+	// id the model gave the call.
+	// +required
+	// +kubebuilder:validation:MaxLength=256
+	ID string `json:"id"`
+	// name of the tool.
+	// +required
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+	// arguments as the model sent them (a JSON object, as a string; truncated when very long).
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	Arguments string `json:"arguments,omitempty"`
+}
+
+// Request is the toolnexus Request a tool suspended with; its keys are byte-identical.
+type Request struct {
+	// id of the request; an answer's id, when given, must echo it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	ID string `json:"id"`
+
+	// kind: authorization, approval, input, question, tool_call, any (open vocabulary).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Kind string `json:"kind"`
+
+	// prompt for the person.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	Prompt string `json:"prompt,omitempty"`
+
+	// url to visit, for authorization.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	URL string `json:"url,omitempty"`
+
+	// data is kind-specific: schema (input), questions (question), auth_id (authorization),
+	// tool and arguments (approval gates), calls (tool_call).
+	// +optional
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	Data *apiextensionsv1.JSON `json:"data,omitempty"`
+
+	// expiresAt is when the request expires (RFC 3339), from the run's spec.suspension.timeout.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ExpiresAt string `json:"expiresAt,omitempty"`
+}
+
+// PendingRequestSpec is written once by the controller and never changes.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: it is written once by the controller; answer through status.answer"
+type PendingRequestSpec struct {
+	// runRef is the AgentRun whose call is suspended.
+	// +required
+	RunRef RunReference `json:"runRef"`
+
+	// toolCall is the suspended call.
+	// +required
+	ToolCall ToolCall `json:"toolCall"`
+
+	// request is what the tool asked for.
+	// +required
+	Request Request `json:"request"`
+
+	// approvers, copied from the run's spec.suspension.approvers, restrict who may answer.
+	// +optional
+	Approvers *Approvers `json:"approvers,omitempty"`
+}
+
+// RequestPhase is a display summary of the request's conditions.
+// +kubebuilder:validation:Enum=Waiting;Answered;Expired;Cancelled
+type RequestPhase string
+
+// Request phases.
+const (
+	RequestPhaseWaiting   RequestPhase = "Waiting"
+	RequestPhaseAnswered  RequestPhase = "Answered"
+	RequestPhaseExpired   RequestPhase = "Expired"
+	RequestPhaseCancelled RequestPhase = "Cancelled"
+)
+
+// PendingRequestStatus holds the answer and what the run did with it.
+type PendingRequestStatus struct {
+	// conditions: Answered, Resolved (the run has consumed the answer).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// answer is set by the person or automation answering, e.g.
+	// `kubectl patch preq NAME --subresource=status --type=merge -p '{"status":{"answer":{"ok":true}}}'`.
+	// Once set it cannot be changed or removed.
+	// +optional
+	Answer *Answer `json:"answer,omitempty"`
+
+	// answeredBy is the user who set the answer, stamped by the API server.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	AnsweredBy string `json:"answeredBy,omitempty"`
+
+	// answeredAt is when the answer was set, stamped by the API server.
+	// +optional
+	AnsweredAt *metav1.Time `json:"answeredAt,omitempty"`
+
+	// phase is a display summary: Waiting, Answered, Expired or Cancelled.
+	// +optional
+	Phase RequestPhase `json:"phase,omitempty"`
+
+	// observedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// PendingRequest is one suspended tool call, waiting for an answer in status.answer.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=preq,categories=toolnexus
+// +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.spec.runRef.name`
+// +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.request.kind`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Prompt",type=string,JSONPath=`.spec.request.prompt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.answer) || (has(self.status) && has(self.status.answer) && self.status.answer == oldSelf.status.answer)",message="status.answer cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="!has(self.status) || !has(self.status.answer) || !has(self.status.answer.id) || self.status.answer.id == '' || self.status.answer.id == self.spec.request.id",message="status.answer.id must equal spec.request.id (or be left out)"
+type PendingRequest struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitzero"`
+
+	// +required
+	Spec PendingRequestSpec `json:"spec"`
+
+	// +optional
+	Status PendingRequestStatus `json:"status,omitzero"`
+}
+
+// PendingRequestList is a list of PendingRequests.
+// +kubebuilder:object:root=true
+type PendingRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitzero"`
+	Items           []PendingRequest `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&PendingRequest{}, &PendingRequestList{})
+}

@@ -1,0 +1,295 @@
+package v1alpha1_test
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// A valid AgentRun with every field of SPEC.md section 2 set.
+const fullRun = `
+apiVersion: toolnexus.dev/v1alpha1
+kind: AgentRun
+metadata: {name: buy-gpu}
+spec:
+  model:
+    style: openai
+    name: gpt-4o-mini
+    baseURL: https://api.openai.com/v1
+    apiKeySecretRef: {name: llm, key: apiKey}
+    retries: 5
+    requestTimeout: 120s
+  systemPrompt: You are a purchasing assistant.
+  prompt: buy a gpu
+  maxTurns: 10
+  tools:
+  - name: approve_purchase
+    description: Requests spend approval
+    parameters: {type: object, properties: {item: {type: string}}, required: [item]}
+    http:
+      url: http://purchasing.team-a.svc/approve
+      method: POST
+      headers:
+      - {name: Authorization, valueFrom: {secretKeyRef: {name: purchasing, key: token}}}
+      timeout: 30s
+  mcpServers:
+  - name: github
+    url: http://github-mcp.tools.svc/mcp
+    tools: [create_issue, list_issues]
+  builtins: [question]
+  approvals:
+  - tools: ["delete_*", approve_purchase]
+    when: "args.amount > 1000"
+    prompt: "Approve {{.tool}} with {{.arguments}}?"
+  suspension:
+    timeout: 24h
+    onTimeout: Decline
+    approvers: {users: [alice], groups: [purchasing-approvers]}
+  ttlSecondsAfterFinished: 86400
+  cancel: false
+`
+
+const minimalRun = `
+apiVersion: toolnexus.dev/v1alpha1
+kind: AgentRun
+metadata: {name: minimal}
+spec:
+  model: {name: llama3}
+  prompt: hello
+`
+
+const request = `
+apiVersion: toolnexus.dev/v1alpha1
+kind: PendingRequest
+metadata: {name: buy-gpu-1-call-1}
+spec:
+  runRef: {name: buy-gpu}
+  toolCall: {id: call_1, name: approve_purchase, arguments: '{"item":"gpu"}'}
+  request:
+    id: pnd-lx2k1-1
+    kind: approval
+    prompt: Approve purchase of gpu?
+    data: {}
+`
+
+// newNamespace creates a namespace for one test and returns its name.
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "validation-"}}
+	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}
+
+// object parses a manifest, applies edit (a dotted path → value map; a nil value removes the
+// field) and places it in ns.
+func object(manifest, ns string, edits map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	Expect(yaml.Unmarshal([]byte(manifest), &u.Object)).To(Succeed())
+	u.SetNamespace(ns)
+	for path, value := range edits {
+		fields := strings.Split(path, ".")
+		if value == nil {
+			unstructured.RemoveNestedField(u.Object, fields...)
+			continue
+		}
+		Expect(unstructured.SetNestedField(u.Object, value, fields...)).To(Succeed())
+	}
+	return u
+}
+
+func mergePatch(obj client.Object, patch string, opts ...client.SubResourcePatchOption) error {
+	p := client.RawPatch(types.MergePatchType, []byte(patch))
+	if len(opts) > 0 || strings.Contains(patch, `"status"`) {
+		return k8sClient.Status().Patch(ctx, obj, p)
+	}
+	return k8sClient.Patch(ctx, obj, p)
+}
+
+var _ = Describe("AgentRun admission", func() {
+	DescribeTable("refuses an invalid manifest with an actionable message",
+		func(edits map[string]any, wantMessage string) {
+			err := k8sClient.Create(ctx, object(fullRun, newNamespace(), edits))
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(wantMessage))
+		},
+		Entry("missing prompt", map[string]any{"spec.prompt": nil}, "spec.prompt: Required value"),
+		Entry("empty prompt", map[string]any{"spec.prompt": ""}, "spec.prompt: Invalid value"),
+		Entry("missing model name", map[string]any{"spec.model.name": nil}, "spec.model.name: Required value"),
+		Entry("unknown model style", map[string]any{"spec.model.style": "gemini"},
+			`spec.model.style: Unsupported value: "gemini": supported values: "openai", "anthropic"`),
+		Entry("over-long model name", map[string]any{"spec.model.name": strings.Repeat("m", 257)},
+			"spec.model.name: Too long: may not be more than 256"),
+		Entry("baseURL that is not http", map[string]any{"spec.model.baseURL": "ftp://models"},
+			"model.baseURL must start with http:// or https://"),
+		Entry("maxTurns 0", map[string]any{"spec.maxTurns": int64(0)},
+			"spec.maxTurns: Invalid value: 0: spec.maxTurns in body should be greater than or equal to 1"),
+		Entry("maxTurns 1001", map[string]any{"spec.maxTurns": int64(1001)},
+			"spec.maxTurns in body should be less than or equal to 1000"),
+		Entry("duplicate tool names", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a"}},
+			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://b"}},
+		}}, "tool names must be unique within spec.tools"),
+		Entry("tool name with a space", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "look up", "http": map[string]any{"url": "http://a"}},
+		}}, `spec.tools[0].name in body should match '^[a-zA-Z0-9_-]{1,64}$'`),
+		Entry("tool with no implementation", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "lookup"},
+		}}, "a tool needs exactly one implementation: set http"),
+		Entry("header with both value and valueFrom", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a", "headers": []any{
+				map[string]any{"name": "X-Token", "value": "v", "valueFrom": map[string]any{
+					"secretKeyRef": map[string]any{"name": "s", "key": "k"}}},
+			}}},
+		}}, "a header needs exactly one of value or valueFrom"),
+		Entry("unknown HTTP method", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a", "method": "TRACE"}},
+		}}, `Unsupported value: "TRACE"`),
+		Entry("duration that does not parse", map[string]any{"spec.suspension.timeout": "tomorrow"},
+			"spec.suspension.timeout in body should match"),
+		Entry("unknown onTimeout", map[string]any{"spec.suspension.onTimeout": "Retry"},
+			`spec.suspension.onTimeout: Unsupported value: "Retry"`),
+		Entry("unknown builtin", map[string]any{"spec.builtins": []any{"shell"}},
+			`spec.builtins[0]: Unsupported value: "shell"`),
+		Entry("approval gate without tools", map[string]any{"spec.approvals": []any{map[string]any{"when": "true"}}},
+			"spec.approvals[0].tools: Required value"),
+		Entry("over-long when expression", map[string]any{"spec.approvals": []any{
+			map[string]any{"tools": []any{"x"}, "when": strings.Repeat("a", 1025)}}},
+			"spec.approvals[0].when: Too long"),
+		Entry("duplicate MCP server names", map[string]any{"spec.mcpServers": []any{
+			map[string]any{"name": "gh", "url": "http://a"}, map[string]any{"name": "gh", "url": "http://b"},
+		}}, "mcpServers names must be unique"),
+		Entry("tool name shadowing an MCP server prefix", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "github_create_issue", "http": map[string]any{"url": "http://a"}},
+		}}, "a tool name must not start with '<mcpServer name>_'"),
+		Entry("negative ttl", map[string]any{"spec.ttlSecondsAfterFinished": int64(-1)},
+			"spec.ttlSecondsAfterFinished in body should be greater than or equal to 0"),
+	)
+
+	It("accepts the full SPEC example and a minimal run, with defaults filled in", func() {
+		ns := newNamespace()
+		Expect(k8sClient.Create(ctx, object(fullRun, ns, nil))).To(Succeed())
+		minimal := object(minimalRun, ns, nil)
+		Expect(k8sClient.Create(ctx, minimal)).To(Succeed())
+		style, _, _ := unstructured.NestedString(minimal.Object, "spec", "model", "style")
+		turns, _, _ := unstructured.NestedInt64(minimal.Object, "spec", "maxTurns")
+		retries, _, _ := unstructured.NestedInt64(minimal.Object, "spec", "model", "retries")
+		Expect([]any{style, turns, retries}).To(Equal([]any{"openai", int64(10), int64(5)}))
+	})
+
+	DescribeTable("after creation",
+		func(patch string, wantMessage string) {
+			run := object(fullRun, newNamespace(), nil)
+			Expect(k8sClient.Create(ctx, run)).To(Succeed())
+			err := mergePatch(run, patch)
+			if wantMessage == "" {
+				Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(wantMessage))
+		},
+		Entry("refuses a prompt change", `{"spec":{"prompt":"buy two gpus"}}`,
+			"spec is immutable after creation except spec.cancel"),
+		Entry("refuses a new tool", `{"spec":{"tools":null}}`,
+			"spec is immutable after creation except spec.cancel"),
+		Entry("refuses removing the system prompt", `{"spec":{"systemPrompt":null}}`,
+			"spec is immutable after creation except spec.cancel"),
+		Entry("refuses a model change", `{"spec":{"model":{"name":"gpt-5"}}}`,
+			"spec is immutable after creation except spec.cancel"),
+		Entry("accepts cancel", `{"spec":{"cancel":true}}`, ""),
+		Entry("accepts label changes", `{"metadata":{"labels":{"team":"a"}}}`, ""),
+	)
+})
+
+var _ = Describe("PendingRequest admission", func() {
+	var preq *unstructured.Unstructured
+
+	BeforeEach(func() {
+		preq = object(request, newNamespace(), nil)
+		Expect(k8sClient.Create(ctx, preq)).To(Succeed())
+	})
+
+	DescribeTable("refuses an invalid answer",
+		func(first, second, wantMessage string) {
+			if first != "" {
+				Expect(mergePatch(preq, first)).To(Succeed())
+			}
+			err := mergePatch(preq, second)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(wantMessage))
+		},
+		Entry("changed after it was set", `{"status":{"answer":{"ok":true}}}`,
+			`{"status":{"answer":{"ok":false,"reason":"declined"}}}`, "status.answer cannot be changed or removed once set"),
+		Entry("data added after it was set", `{"status":{"answer":{"ok":true}}}`,
+			`{"status":{"answer":{"data":{"output":"x"}}}}`, "status.answer cannot be changed or removed once set"),
+		Entry("removed after it was set", `{"status":{"answer":{"ok":true}}}`,
+			`{"status":{"answer":null}}`, "status.answer cannot be changed or removed once set"),
+		Entry("id not echoing the request id", "",
+			`{"status":{"answer":{"id":"pnd-other","ok":true}}}`, "status.answer.id must equal spec.request.id"),
+		Entry("reason with ok true", "",
+			`{"status":{"answer":{"ok":true,"reason":"declined"}}}`, "answer.reason is only allowed when ok is false"),
+		Entry("ok missing", "", `{"status":{"answer":{"data":{"output":"x"}}}}`, "status.answer.ok: Required value"),
+	)
+
+	It("refuses a spec change", func() {
+		err := mergePatch(preq, `{"spec":{"request":{"prompt":"Approve everything?"}}}`)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec is immutable: it is written once by the controller"))
+	})
+
+	It("refuses a request without a kind", func() {
+		err := k8sClient.Create(ctx, object(request, preq.GetNamespace(), map[string]any{
+			"metadata.name": "no-kind", "spec.request.kind": nil}))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.request.kind: Required value"))
+	})
+
+	DescribeTable("accepts a valid answer, and later status writes that keep it",
+		func(answer string) {
+			Expect(mergePatch(preq, answer)).To(Succeed())
+			Expect(mergePatch(preq, `{"status":{"phase":"Answered"}}`)).To(Succeed())
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(preq.GroupVersionKind())
+			Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(preq), got)).To(Succeed())
+			phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+			Expect(phase).To(Equal("Answered"))
+		},
+		Entry("approve", `{"status":{"answer":{"ok":true}}}`),
+		Entry("approve echoing the id", `{"status":{"answer":{"id":"pnd-lx2k1-1","ok":true}}}`),
+		Entry("free-text input", `{"status":{"answer":{"ok":true,"data":{"output":"staging"}}}}`),
+		Entry("decline with a reason", `{"status":{"answer":{"ok":false,"reason":"too expensive"}}}`),
+	)
+})
+
+var _ = Describe("kubectl explain", func() {
+	It("prints the field docs of agentrun.spec.tools", func() {
+		kubeconfig := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+		user, err := env.AddUser(envtestAdmin(), nil)
+		Expect(err).NotTo(HaveOccurred())
+		raw, err := user.KubeConfig()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(writeFile(kubeconfig, raw)).To(Succeed())
+
+		out, err := exec.Command(filepath.Join(env.BinaryAssetsDirectory, "kubectl"),
+			"--kubeconfig", kubeconfig, "explain", "agentrun.spec.tools").CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), string(out))
+		for _, want := range []string{
+			"tools the model may call",
+			"name	<string> -required-",
+			"http	<Object>",
+			"makes the tool an HTTP call",
+			"parameters	<Object>",
+		} {
+			Expect(string(out)).To(ContainSubstring(want), fmt.Sprintf("kubectl explain output:\n%s", out))
+		}
+	})
+})

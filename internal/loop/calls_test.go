@@ -1,0 +1,170 @@
+package loop
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+// TestBadCallsReachTheModel: malformed arguments and unknown tools become error results the model
+// sees; the run goes on.
+func TestBadCallsReachTheModel(t *testing.T) {
+	for _, style := range []struct {
+		name  string
+		mut   func(*Options)
+		calls func(...looptest.ToolCall) looptest.Reply
+		text  func(string) looptest.Reply
+	}{
+		{"openai", func(*Options) {}, looptest.OpenAIToolCalls, looptest.OpenAIText},
+		{"anthropic", anthropicStyle, looptest.AnthropicToolUse, looptest.AnthropicText},
+	} {
+		t.Run(style.name, func(t *testing.T) {
+			calls := []looptest.ToolCall{
+				{ID: "c1", Name: "nope", Arguments: `{}`},
+				{ID: "c2", Name: "echo", Arguments: `[1,2]`},
+				{ID: "c3", Name: "echo", Arguments: `{"x":1}`},
+			}
+			if style.name == "openai" { // only the openai wire carries arguments as text, so only it can be malformed
+				calls[1].Arguments = `{"x":`
+			}
+			srv := looptest.New(t, style.calls(calls...), style.text("sorry"))
+			var ran counter
+			tk := toolkit(t, ran.tool("echo"))
+			c, st := newClient(t, srv.URL, style.mut), NewState("go")
+			step(t, c, st, tk, ActionModelTurn)
+			step(t, c, st, tk, ActionToolCalls)
+			step(t, c, st, tk, ActionModelTurn)
+
+			badArgs := "invalid JSON arguments for echo: arguments are an array, want a JSON object"
+			if style.name == "openai" {
+				badArgs = "invalid JSON arguments for echo: unexpected end of JSON input"
+			}
+			want := []toolResult{
+				{ID: "c1", Content: "Unknown tool: nope", IsError: style.name == "anthropic"},
+				{ID: "c2", Content: badArgs, IsError: style.name == "anthropic"},
+				{ID: "c3", Content: "ran 1"},
+			}
+			if diff := cmp.Diff(want, sentToolResults(t, srv.Requests()[1])); diff != "" {
+				t.Errorf("results sent (-want +got):\n%s", diff)
+			}
+			if st.Status != StatusDone || ran.runs.Load() != 1 {
+				t.Errorf("status %q, echo ran %d times; want done, 1", st.Status, ran.runs.Load())
+			}
+		})
+	}
+}
+
+// gate is an approval gate in BeforeTool (path B), counting how often it is consulted.
+type gate struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (g *gate) hook(_ context.Context, ev BeforeToolEvent) (*ToolOverride, error) {
+	g.mu.Lock()
+	g.calls++
+	g.mu.Unlock()
+	r := tools.Pending(tools.Request{ID: "toolguard:" + ev.ID, Kind: tools.KindApproval, Prompt: "Approve the call to " + ev.Name + "?",
+		Data: map[string]any{"tool": ev.Name}})
+	return &ToolOverride{Result: &r}, nil
+}
+
+func TestGatedCall(t *testing.T) {
+	cases := []struct {
+		name     string
+		answer   tools.Answer
+		wantRuns []string // idempotency keys the tool saw
+		want     toolResult
+	}{
+		{"approved runs once with the answer", tools.Answer{ID: "toolguard:call_1", OK: true},
+			[]string{"uid-1/call_1/answer"}, toolResult{ID: "call_1", Content: "deleted"}},
+		{"declined never runs", tools.AnswerDeclined("toolguard:call_1", ""),
+			nil, toolResult{ID: "call_1", Content: "declined/expired: Approve the call to delete_db?\nreason: declined"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := looptest.New(t,
+				looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "delete_db", Arguments: `{"db":"prod"}`}),
+				looptest.OpenAIText("done"))
+			var mu sync.Mutex
+			var runs []string
+			del := tools.NativeTool("delete_db", "", nil, func(_ context.Context, args map[string]any, tc *tools.ToolContext) (any, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if tc.Answer == nil {
+					t.Errorf("the gated tool ran without the answer in its context")
+				}
+				runs = append(runs, tc.IdempotencyKey)
+				return "deleted", nil
+			})
+			g := &gate{}
+			mut := func(o *Options) { o.Hooks.BeforeTool, o.IdempotencyPrefix = g.hook, "uid-1" }
+			c, tk, st := newClient(t, srv.URL, mut), toolkit(t, del), NewState("drop prod")
+			step(t, c, st, tk, ActionModelTurn)
+			res := step(t, c, st, tk, ActionToolCalls)
+			if len(res.Suspended) != 1 || !res.Suspended[0].Gated || res.Suspended[0].Request.ID != "toolguard:call_1" {
+				t.Fatalf("Suspended = %+v, want the gate's request", res.Suspended)
+			}
+			st = roundTrip(t, st)
+			c = newClient(t, srv.URL, mut)
+			if err := st.Answer("call_1", tc.answer); err != nil {
+				t.Fatal(err)
+			}
+			step(t, c, st, tk, ActionToolCalls)
+			step(t, c, st, tk, ActionModelTurn)
+			if diff := cmp.Diff(tc.wantRuns, runs); diff != "" {
+				t.Errorf("tool runs (-want +got):\n%s", diff)
+			}
+			if g.calls != 1 {
+				t.Errorf("the gate was consulted %d times, want 1", g.calls)
+			}
+			if diff := cmp.Diff([]toolResult{tc.want}, sentToolResults(t, srv.Requests()[1])); diff != "" {
+				t.Errorf("results sent (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRetryUsesRewrittenArgs: the retry with the answer runs with the arguments BeforeTool
+// produced, even across a persist/load, and the idempotency key gains /answer.
+func TestRetryUsesRewrittenArgs(t *testing.T) {
+	srv := looptest.New(t,
+		looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "buy", Arguments: `{"item":"gpu"}`}),
+		looptest.OpenAIText("ok"))
+	type run struct {
+		Args   map[string]any
+		Key    string
+		Answer bool
+	}
+	var runs []run
+	buy := tools.NativeTool("buy", "", nil, func(_ context.Context, args map[string]any, tc *tools.ToolContext) (any, error) {
+		runs = append(runs, run{Args: args, Key: tc.IdempotencyKey, Answer: tc.Answer != nil})
+		if tc.Answer == nil {
+			return tools.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "Approve?"}), nil
+		}
+		return "bought", nil
+	})
+	rewrite := func(o *Options) {
+		o.Hooks.BeforeTool = func(_ context.Context, ev BeforeToolEvent) (*ToolOverride, error) {
+			return &ToolOverride{Args: map[string]any{"item": ev.Args["item"], "qty": 1.0}}, nil
+		}
+	}
+	c, tk, st := newClient(t, srv.URL, rewrite), toolkit(t, buy), NewState("buy")
+	step(t, c, st, tk, ActionModelTurn)
+	step(t, c, st, tk, ActionToolCalls)
+	st = roundTrip(t, st)
+	if err := st.Answer("call_1", tools.Answer{OK: true}); err != nil {
+		t.Fatal(err)
+	}
+	step(t, newClient(t, srv.URL, rewrite), st, tk, ActionToolCalls)
+	args := map[string]any{"item": "gpu", "qty": 1.0}
+	want := []run{{Args: args, Key: "call_1"}, {Args: args, Key: "call_1/answer", Answer: true}}
+	if diff := cmp.Diff(want, runs); diff != "" {
+		t.Errorf("tool runs (-want +got):\n%s", diff)
+	}
+}

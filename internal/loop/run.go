@@ -1,0 +1,81 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+// Run runs prompt to completion in process. It is Resume on a fresh State.
+func (c *Client) Run(ctx context.Context, prompt string, tk *tools.Toolkit) (RunResult, error) {
+	return c.Resume(ctx, NewState(prompt), tk)
+}
+
+// Resume drives st with Step until the run ends or waits. Transient model errors are retried with
+// exponential backoff (Options.Retries, RetryBase, honouring Retry-After). Suspensions go to
+// WaitFor, at most once each; without WaitFor the run returns StatusPending and st can be
+// answered and resumed later. When ctx expires the result is incomplete with LimitTimeout, and
+// the context's error is returned with it.
+func (c *Client) Resume(ctx context.Context, st *State, tk *tools.Toolkit) (RunResult, error) {
+	for {
+		var err error
+		switch st.Next() {
+		case ActionFinished:
+			return st.Result(), nil
+		case ActionWaiting:
+			if c.opts.WaitFor == nil {
+				return st.Result(), nil
+			}
+			err = c.waitFor(ctx, st)
+		default:
+			err = c.stepWithRetries(ctx, st, tk)
+		}
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+				st.Status, st.Limit = StatusIncomplete, LimitTimeout
+			}
+			return st.Result(), err
+		}
+	}
+}
+
+func (c *Client) stepWithRetries(ctx context.Context, st *State, tk *tools.Toolkit) error {
+	for attempt := 0; ; attempt++ {
+		_, err := c.Step(ctx, st, tk)
+		retry, after := Retryable(err)
+		if !retry || attempt >= c.opts.Retries || ctx.Err() != nil {
+			return err
+		}
+		if after == 0 {
+			after = c.opts.RetryBase << attempt
+		}
+		if err := c.sleep(ctx, after); err != nil {
+			return err
+		}
+	}
+}
+
+// waitFor asks WaitFor about every open suspension concurrently (a parked WaitFor for one call
+// must not hold up another) and records the answers in call order.
+func (c *Client) waitFor(ctx context.Context, st *State) error {
+	open := st.Suspended()
+	answers := make([]tools.Answer, len(open))
+	errs := make([]error, len(open))
+	var wg sync.WaitGroup
+	for i, call := range open {
+		wg.Go(func() { answers[i], errs[i] = c.opts.WaitFor(ctx, *call.Request) })
+	}
+	wg.Wait()
+	for i, call := range open {
+		if errs[i] != nil {
+			return fmt.Errorf("loop: WaitFor for %s (request %s): %w", call.Name, call.Request.ID, errs[i])
+		}
+		if err := st.Answer(call.ID, answers[i]); err != nil {
+			return fmt.Errorf("loop: WaitFor answered %s unusably: %w", call.Name, err)
+		}
+	}
+	return nil
+}

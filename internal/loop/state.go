@@ -1,0 +1,208 @@
+package loop
+
+import (
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+// Message roles of the provider-neutral transcript.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Message is one entry of the provider-neutral transcript. Each model style translates it to its
+// own wire shape, so a run started against one endpoint is plain data, not an SDK value.
+type Message struct {
+	Role       string            `json:"role"`
+	Content    string            `json:"content,omitempty"`
+	ToolCalls  []MessageToolCall `json:"toolCalls,omitempty"`
+	ToolCallID string            `json:"toolCallID,omitempty"`
+	IsError    bool              `json:"isError,omitempty"`
+}
+
+// MessageToolCall is a tool call requested by an assistant message. Arguments is the model's raw
+// JSON text, kept verbatim so the transcript replays exactly what the model said.
+type MessageToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Usage is the token count, summed over the model turns of a run.
+type Usage struct {
+	PromptTokens     int `json:"promptTokens"`
+	CompletionTokens int `json:"completionTokens"`
+	TotalTokens      int `json:"totalTokens"`
+}
+
+func (u *Usage) add(o Usage) {
+	u.PromptTokens += o.PromptTokens
+	u.CompletionTokens += o.CompletionTokens
+	u.TotalTokens += o.TotalTokens
+}
+
+// ToolCall summarises one finished tool call. Turn is the 1-based model turn that requested it.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Output    string `json:"output"`
+	IsError   bool   `json:"isError"`
+	Turn      int    `json:"turn"`
+}
+
+// Phase is where a tool call of the current turn stands.
+type Phase string
+
+// Call phases. queued → done, or queued → suspended → answered → done, or suspended → done when
+// the answer declines.
+const (
+	PhaseQueued    Phase = "queued"
+	PhaseSuspended Phase = "suspended"
+	PhaseAnswered  Phase = "answered"
+	PhaseDone      Phase = "done"
+)
+
+// Call is a tool call of the current turn, with everything needed to finish it in another process.
+type Call struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	// Args are the arguments after a BeforeTool rewrite; the retry with the answer must run the
+	// tool with these, not with the model's Arguments. Nil when nothing was rewritten.
+	Args    map[string]any    `json:"args,omitempty"`
+	Phase   Phase             `json:"phase"`
+	Request *tools.Request    `json:"request,omitempty"`
+	Answer  *tools.Answer     `json:"answer,omitempty"`
+	Result  *tools.ToolResult `json:"result,omitempty"`
+	// Gated marks a suspension raised by BeforeTool (an approval gate): the tool has not run yet.
+	Gated bool `json:"gated,omitempty"`
+}
+
+// Run statuses (toolnexus RunResult vocabulary) and incomplete limits.
+const (
+	StatusDone       = "done"
+	StatusPending    = "pending"
+	StatusIncomplete = "incomplete"
+
+	LimitMaxTurns = "maxTurns"
+	LimitTimeout  = "timeout"
+)
+
+// State is the durable state of a run: plain JSON holding everything needed to continue it in a
+// fresh process with a new Client. The system prompt is not stored; it comes from Options, so a
+// state never carries configuration that could go stale.
+type State struct {
+	Messages []Message `json:"messages"`
+	// Turn counts the model turns done.
+	Turn  int    `json:"turn"`
+	Usage Usage  `json:"usage"`
+	Model string `json:"model,omitempty"`
+	// Calls are the tool calls of the current turn in the model's order; empty when the next step
+	// is a model turn.
+	Calls         []Call     `json:"calls,omitempty"`
+	ToolCalls     []ToolCall `json:"toolCalls,omitempty"`
+	ToolCallCount int        `json:"toolCallCount"`
+	// Status is empty while the run is going, then StatusDone or StatusIncomplete.
+	Status string `json:"status,omitempty"`
+	Limit  string `json:"limit,omitempty"`
+	Text   string `json:"text,omitempty"`
+}
+
+// NewState starts a run with prompt as the first user turn.
+func NewState(prompt string) *State {
+	return &State{Messages: []Message{{Role: RoleUser, Content: prompt}}}
+}
+
+// Action is a kind of step.
+type Action string
+
+// Actions of the step machine.
+const (
+	// ActionModelTurn sends the transcript to the model.
+	ActionModelTurn Action = "ModelTurn"
+	// ActionToolCalls runs the queued and answered calls of the turn and, once every call is done,
+	// appends their results to the transcript.
+	ActionToolCalls Action = "ToolCalls"
+	// ActionWaiting means nothing can run: every open call waits for an answer.
+	ActionWaiting Action = "Waiting"
+	// ActionFinished means the run has ended.
+	ActionFinished Action = "Finished"
+)
+
+// Next reports what Step would do now, without doing it.
+func (st *State) Next() Action {
+	switch {
+	case st.Status != "":
+		return ActionFinished
+	case len(st.Calls) == 0:
+		return ActionModelTurn
+	}
+	if st.allDone() {
+		return ActionToolCalls
+	}
+	for _, c := range st.Calls {
+		if c.Phase == PhaseQueued || c.Phase == PhaseAnswered {
+			return ActionToolCalls
+		}
+	}
+	return ActionWaiting
+}
+
+func (st *State) allDone() bool {
+	for _, c := range st.Calls {
+		if c.Phase != PhaseDone {
+			return false
+		}
+	}
+	return true
+}
+
+// Suspended lists the calls waiting for an answer, in call order.
+func (st *State) Suspended() []Call {
+	var out []Call
+	for _, c := range st.Calls {
+		if c.Phase == PhaseSuspended {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Result summarises the state as a toolnexus RunResult. While calls wait for an answer the status
+// is StatusPending, Pending is the first open Request in call order and Text its prompt.
+func (st *State) Result() RunResult {
+	res := RunResult{
+		Text:          st.Text,
+		Messages:      append([]Message(nil), st.Messages...),
+		ToolCalls:     append([]ToolCall(nil), st.ToolCalls...),
+		ToolCallCount: st.ToolCallCount,
+		Turns:         st.Turn,
+		Usage:         st.Usage,
+		Model:         st.Model,
+		Status:        st.Status,
+		Limit:         st.Limit,
+	}
+	if open := st.Suspended(); st.Status == "" && len(open) > 0 {
+		req := *open[0].Request
+		res.Status, res.Pending, res.Text = StatusPending, &req, req.Prompt
+	}
+	return res
+}
+
+// RunResult mirrors the toolnexus RunResult. While pending, Messages and ToolCalls hold what is
+// finished: the results of the open turn are recorded together once every call has one, so the
+// transcript never carries a placeholder.
+type RunResult struct {
+	Text          string         `json:"text"`
+	Messages      []Message      `json:"messages"`
+	ToolCalls     []ToolCall     `json:"toolCalls"`
+	ToolCallCount int            `json:"toolCallCount"`
+	Turns         int            `json:"turns"`
+	Usage         Usage          `json:"usage"`
+	Model         string         `json:"model"`
+	Status        string         `json:"status"`
+	Limit         string         `json:"limit,omitempty"`
+	Pending       *tools.Request `json:"pending,omitempty"`
+}

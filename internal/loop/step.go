@@ -1,0 +1,112 @@
+package loop
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+// StepResult says what one Step did.
+type StepResult struct {
+	Action Action
+	// Suspended are the suspensions this step raised, in call order.
+	Suspended []Call
+}
+
+// Step advances st by exactly one unit of work, the one st.Next names: one model request (a single
+// attempt; the caller retries what Retryable allows), or one round of tool executions. The caller
+// persists st after every Step. On error st is unchanged, so the step can be repeated.
+func (c *Client) Step(ctx context.Context, st *State, tk *tools.Toolkit) (StepResult, error) {
+	switch act := st.Next(); act {
+	case ActionModelTurn:
+		return StepResult{Action: act}, c.modelTurn(ctx, st, tk)
+	case ActionToolCalls:
+		suspended, err := c.runCalls(ctx, st, tk)
+		return StepResult{Action: act, Suspended: suspended}, err
+	default:
+		return StepResult{Action: act}, nil
+	}
+}
+
+func (c *Client) modelTurn(ctx context.Context, st *State, tk *tools.Toolkit) error {
+	if st.Turn >= c.opts.MaxTurns {
+		// Reached only when MaxTurns shrank between processes; the tool step normally ends the run.
+		c.finishIncomplete(st)
+		return nil
+	}
+	req := modelRequest{Model: c.opts.Model, System: c.opts.SystemPrompt, Messages: st.Messages, Tools: tk.Tools()}
+	if h := c.opts.Hooks.BeforeLLM; h != nil {
+		ov, err := h(ctx, BeforeLLMEvent{Messages: append([]Message(nil), req.Messages...), Tools: req.Tools, Model: req.Model, Turn: st.Turn})
+		if err != nil {
+			return fmt.Errorf("loop: BeforeLLM hook: %w", err)
+		}
+		if ov != nil {
+			if ov.Messages != nil {
+				req.Messages = ov.Messages
+			}
+			if ov.Tools != nil {
+				req.Tools = ov.Tools
+			}
+			if ov.Model != "" {
+				req.Model = ov.Model
+			}
+		}
+	}
+	resp, raw, err := c.callModel(ctx, req)
+	if err != nil {
+		return err
+	}
+	if h := c.opts.Hooks.AfterLLM; h != nil {
+		if err := h(ctx, AfterLLMEvent{Response: rawPayload(raw), Model: req.Model, Turn: st.Turn}); err != nil {
+			return fmt.Errorf("loop: AfterLLM hook: %w", err)
+		}
+	}
+	for i := range resp.ToolCalls {
+		if resp.ToolCalls[i].ID == "" {
+			// Some OpenAI-compatible servers omit ids; a call needs one for its result and its
+			// PendingRequest name, the same in the transcript and in st.Calls.
+			resp.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", st.Turn+1, i+1)
+		}
+	}
+	// Commit only now, so a failed request or hook leaves st as it was.
+	st.Messages = append(req.Messages, Message{Role: RoleAssistant, Content: resp.Text, ToolCalls: resp.ToolCalls})
+	st.Turn++
+	st.Usage.add(resp.Usage)
+	st.Model = req.Model
+	if len(resp.ToolCalls) == 0 {
+		st.Status, st.Text = StatusDone, resp.Text
+		return nil
+	}
+	st.Calls = make([]Call, len(resp.ToolCalls))
+	for i, tc := range resp.ToolCalls {
+		st.Calls[i] = Call{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments, Phase: PhaseQueued}
+	}
+	return nil
+}
+
+// recordTurn appends the results of a turn whose calls are all done, in the model's call order.
+func (c *Client) recordTurn(st *State) {
+	for _, call := range st.Calls {
+		st.Messages = append(st.Messages, Message{Role: RoleTool, ToolCallID: call.ID, Content: call.Result.Output, IsError: call.Result.IsError})
+		st.ToolCalls = append(st.ToolCalls, ToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments,
+			Output: call.Result.Output, IsError: call.Result.IsError, Turn: st.Turn})
+	}
+	st.ToolCallCount += len(st.Calls)
+	st.Calls = nil
+	if st.Turn >= c.opts.MaxTurns {
+		c.finishIncomplete(st)
+	}
+}
+
+// finishIncomplete ends a run that used its turns and still wanted tools, as toolnexus: the text
+// is whatever the last assistant message said.
+func (c *Client) finishIncomplete(st *State) {
+	st.Status, st.Limit = StatusIncomplete, LimitMaxTurns
+	for i := len(st.Messages) - 1; i >= 0; i-- {
+		if st.Messages[i].Role == RoleAssistant {
+			st.Text = st.Messages[i].Content
+			return
+		}
+	}
+}

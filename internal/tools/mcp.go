@@ -1,0 +1,155 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// DefaultMCPTimeout bounds each phase of talking to an MCP server when the spec names none.
+const DefaultMCPTimeout = 30 * time.Second
+
+// MCPServerSpec describes one remote MCP server, reached over streamable HTTP.
+type MCPServerSpec struct {
+	Name string
+	URL  string
+	// Headers are added to every HTTP request of every session, resolved per session.
+	Headers []Header
+	// AllowTools lists the tools to expose, by the names the server gives them; empty means all.
+	AllowTools []string
+	// Timeout bounds each phase separately: connecting, listing the tools, and each tool call.
+	// It defaults to DefaultMCPTimeout.
+	Timeout time.Duration
+	// HTTPClient defaults to http.DefaultClient; its Transport carries the requests.
+	HTTPClient *http.Client
+	// MaxOutputBytes caps a tool's output; it defaults to DefaultMaxOutputBytes.
+	MaxOutputBytes int
+}
+
+// MCPServer is a connected MCP server: the tools it offered when it was listed.
+//
+// Every tool call opens its own MCP session and closes it when the call returns. That is what
+// makes the elicitation bridge exact (an elicitation arriving on a session belongs to the one
+// call in flight on it), isolates a call from a session another call broke, and needs no
+// reconnection logic when the server restarts between calls. The cost is one initialize round
+// trip per call, and that session-scoped server state does not carry from one call to the next:
+// state a tool relies on must be keyed on something stable, such as the user's credentials.
+type MCPServer struct {
+	spec    MCPServerSpec
+	tools   []Tool
+	missing []string
+}
+
+// ConnectMCP connects to the server, lists its tools (following pagination) and closes the
+// session. An error means the server is unusable; the caller reports it (as a condition) and
+// carries on without the server's tools.
+func ConnectMCP(ctx context.Context, spec MCPServerSpec) (*MCPServer, error) {
+	if spec.Name == "" {
+		return nil, errors.New("mcp server: name is empty")
+	}
+	if u, err := url.Parse(spec.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("mcp server %s: url %q is not an absolute http(s) URL", spec.Name, spec.URL)
+	}
+	if spec.Timeout <= 0 {
+		spec.Timeout = DefaultMCPTimeout
+	}
+	if spec.HTTPClient == nil {
+		spec.HTTPClient = http.DefaultClient
+	}
+	if spec.MaxOutputBytes <= 0 {
+		spec.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	s := &MCPServer{spec: spec}
+	// The listing session advertises elicitation like a call session does: servers may offer
+	// tools only to clients that can answer their elicitations. Nothing elicits while listing.
+	session, hdrs, err := s.open(ctx, func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "cancel"}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer closeSession(session)
+	listCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	defer cancel()
+	seen := map[string]bool{}
+	for t, err := range session.Tools(listCtx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("mcp server %s: listing tools: %s", spec.Name, hdrs.redact(err.Error()))
+		}
+		seen[t.Name] = true
+		if len(spec.AllowTools) == 0 || slices.Contains(spec.AllowTools, t.Name) {
+			s.tools = append(s.tools, s.tool(t))
+		}
+	}
+	for _, name := range spec.AllowTools {
+		if !seen[name] {
+			s.missing = append(s.missing, name)
+		}
+	}
+	return s, nil
+}
+
+// Tools are the server's tools, named Sanitize(server)+"_"+Sanitize(tool).
+func (s *MCPServer) Tools() []Tool { return s.tools }
+
+// MissingTools are names in AllowTools the server does not offer, for a condition to report.
+func (s *MCPServer) MissingTools() []string { return s.missing }
+
+func (s *MCPServer) tool(t *mcp.Tool) Tool {
+	schema, ok := jsonNative(t.InputSchema).(map[string]any)
+	if !ok {
+		schema = map[string]any{"type": "object"}
+	}
+	name := t.Name
+	return Tool{
+		Name:        Sanitize(s.spec.Name) + "_" + Sanitize(name),
+		Description: t.Description,
+		InputSchema: schema,
+		Source:      SourceMCP,
+		Execute: func(ctx context.Context, args map[string]any, tc *ToolContext) (ToolResult, error) {
+			return s.call(ctx, name, args, tc), nil
+		},
+	}
+}
+
+// open connects a new session whose elicitations go to elicit.
+func (s *MCPServer) open(ctx context.Context, elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) (*mcp.ClientSession, resolvedHeaders, error) {
+	hdrs, err := resolveHeaders(ctx, s.spec.Headers)
+	if err != nil {
+		return nil, hdrs, fmt.Errorf("mcp server %s: %w", s.spec.Name, err)
+	}
+	httpClient := *s.spec.HTTPClient
+	base := httpClient.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	httpClient.Transport = headerTransport{base: base, header: hdrs.header}
+	client := mcp.NewClient(&mcp.Implementation{Name: "toolnexus-operator", Version: "v1alpha1"}, &mcp.ClientOptions{
+		ElicitationHandler: elicit,
+		// Both modes are advertised: form elicitations become input requests and URL
+		// elicitations authorization requests. The roots default is left out on purpose.
+		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{
+			Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{},
+		}},
+	})
+	connectCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
+	defer cancel()
+	transport := &mcp.StreamableClientTransport{Endpoint: s.spec.URL, HTTPClient: &httpClient}
+	session, err := client.Connect(connectCtx, transport, nil)
+	if err != nil {
+		return nil, hdrs, fmt.Errorf("mcp server %s: connecting to %s: %s", s.spec.Name, s.spec.URL, hdrs.redact(err.Error()))
+	}
+	return session, hdrs, nil
+}
+
+// closeSession ends the session without making the caller wait for a server that stopped
+// answering: the result of the call is already known.
+func closeSession(session *mcp.ClientSession) {
+	go func() { _ = session.Close() }()
+}
