@@ -110,9 +110,9 @@ func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit,
 }
 
 // executeWithAnswer runs an answered call once more with the answer attached (for a gated call,
-// for the first time). BeforeTool is not re-entered: the answer is the approval. A result that
-// suspends again becomes "unresolved: <prompt>", so a call is never parked twice; AfterTool then
-// sees that final result, never a suspension.
+// for the first time). BeforeTool is not re-entered: the answer is the approval. As in toolnexus
+// Go, AfterTool sees the retry's result; a result that still suspends then becomes
+// "unresolved: <prompt>", so a call is never parked twice.
 func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Toolkit, turn int) *outcome {
 	start := c.now()
 	tool, _ := tk.Lookup(call.Name)
@@ -123,13 +123,12 @@ func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Too
 	tc := &tools.ToolContext{CallID: call.ID, IdempotencyKey: c.idempotencyKey(call.ID) + "/answer", Answer: call.Answer}
 	res := tk.Execute(ctx, call.Name, args, tc)
 	ev := Event{Kind: EventTool, Tool: call.Name, Source: tool.Source, Duration: c.now().Sub(start)}
-	if tools.PendingOf(res) != nil {
-		ev.Pending = true
-		res = tools.ToolResult{Output: "unresolved: " + call.Request.Prompt, IsError: true}
-	} else {
-		ev.IsError = res.IsError
-	}
+	ev.Pending = tools.PendingOf(res) != nil
+	ev.IsError = res.IsError && !ev.Pending
 	res, err := c.afterTool(ctx, call, args, res, turn)
+	if tools.PendingOf(res) != nil {
+		res = tools.ToolResult{Output: "unresolved: " + call.Request.Prompt, IsError: true}
+	}
 	return &outcome{result: res, event: ev, err: err}
 }
 

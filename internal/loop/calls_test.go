@@ -168,3 +168,40 @@ func TestRetryUsesRewrittenArgs(t *testing.T) {
 		t.Errorf("tool runs (-want +got):\n%s", diff)
 	}
 }
+
+func TestIdempotencyKey(t *testing.T) {
+	for prefix, want := range map[string]string{"": "call_1", "uid-1": "uid-1/call_1"} {
+		c := newClient(t, "http://model.invalid", func(o *Options) { o.IdempotencyPrefix = prefix })
+		if got := c.idempotencyKey("call_1"); got != want {
+			t.Errorf("prefix %q: key %q, want %q", prefix, got, want)
+		}
+	}
+}
+
+// TestMissingCallIDs: a server that omits tool call ids gets stable ones, the same in the
+// transcript and in the results.
+func TestMissingCallIDs(t *testing.T) {
+	srv := looptest.New(t,
+		looptest.OpenAIToolCalls(looptest.ToolCall{Name: "t", Arguments: `{}`}, looptest.ToolCall{Name: "t", Arguments: `{}`}),
+		looptest.OpenAIText("ok"))
+	var ran counter
+	c, tk, st := newClient(t, srv.URL), toolkit(t, ran.tool("t")), NewState("go")
+	step(t, c, st, tk, ActionModelTurn)
+	step(t, c, st, tk, ActionToolCalls)
+	step(t, c, st, tk, ActionModelTurn)
+	var ids []string
+	for _, r := range sentToolResults(t, srv.Requests()[1]) {
+		ids = append(ids, r.ID)
+	}
+	want := []string{"call_1_1", "call_1_2"}
+	if diff := cmp.Diff(want, ids); diff != "" {
+		t.Errorf("result ids (-want +got):\n%s", diff)
+	}
+	var asked []string
+	for _, tc := range st.Messages[1].ToolCalls {
+		asked = append(asked, tc.ID)
+	}
+	if diff := cmp.Diff(want, asked); diff != "" {
+		t.Errorf("transcript ids (-want +got):\n%s", diff)
+	}
+}

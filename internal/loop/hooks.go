@@ -20,8 +20,8 @@ type Hooks struct {
 	// runs and AfterTool is skipped. A pending Result is an approval gate (toolnexus "path B").
 	// It is not called again for the retry with an answer.
 	BeforeTool func(ctx context.Context, ev BeforeToolEvent) (*ToolOverride, error)
-	// AfterTool may replace a tool's result. It does not see suspensions, only final results,
-	// including the result of the retry with an answer.
+	// AfterTool may replace a tool's result. It is not called when a call suspends, and is called
+	// once on the result of the retry with an answer.
 	AfterTool func(ctx context.Context, ev AfterToolEvent) (*ToolOverride, error)
 }
 

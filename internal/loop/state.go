@@ -80,16 +80,6 @@ type Call struct {
 	Gated bool `json:"gated,omitempty"`
 }
 
-// Run statuses (toolnexus RunResult vocabulary) and incomplete limits.
-const (
-	StatusDone       = "done"
-	StatusPending    = "pending"
-	StatusIncomplete = "incomplete"
-
-	LimitMaxTurns = "maxTurns"
-	LimitTimeout  = "timeout"
-)
-
 // State is the durable state of a run: plain JSON holding everything needed to continue it in a
 // fresh process with a new Client. The system prompt is not stored; it comes from Options, so a
 // state never carries configuration that could go stale.
@@ -168,41 +158,4 @@ func (st *State) Suspended() []Call {
 		}
 	}
 	return out
-}
-
-// Result summarises the state as a toolnexus RunResult. While calls wait for an answer the status
-// is StatusPending, Pending is the first open Request in call order and Text its prompt.
-func (st *State) Result() RunResult {
-	res := RunResult{
-		Text:          st.Text,
-		Messages:      append([]Message(nil), st.Messages...),
-		ToolCalls:     append([]ToolCall(nil), st.ToolCalls...),
-		ToolCallCount: st.ToolCallCount,
-		Turns:         st.Turn,
-		Usage:         st.Usage,
-		Model:         st.Model,
-		Status:        st.Status,
-		Limit:         st.Limit,
-	}
-	if open := st.Suspended(); st.Status == "" && len(open) > 0 {
-		req := *open[0].Request
-		res.Status, res.Pending, res.Text = StatusPending, &req, req.Prompt
-	}
-	return res
-}
-
-// RunResult mirrors the toolnexus RunResult. While pending, Messages and ToolCalls hold what is
-// finished: the results of the open turn are recorded together once every call has one, so the
-// transcript never carries a placeholder.
-type RunResult struct {
-	Text          string         `json:"text"`
-	Messages      []Message      `json:"messages"`
-	ToolCalls     []ToolCall     `json:"toolCalls"`
-	ToolCallCount int            `json:"toolCallCount"`
-	Turns         int            `json:"turns"`
-	Usage         Usage          `json:"usage"`
-	Model         string         `json:"model"`
-	Status        string         `json:"status"`
-	Limit         string         `json:"limit,omitempty"`
-	Pending       *tools.Request `json:"pending,omitempty"`
 }

@@ -9,8 +9,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
-	"testing"
 )
+
+// T is the part of testing.TB the fake needs; Ginkgo's GinkgoT() satisfies it too.
+type T interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
 
 // Reply is one scripted response.
 type Reply struct {
@@ -28,7 +35,7 @@ type Request struct {
 }
 
 // JSON decodes the request body.
-func (r Request) JSON(t testing.TB) map[string]any {
+func (r Request) JSON(t T) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.Body, &m); err != nil {
@@ -41,7 +48,7 @@ func (r Request) JSON(t testing.TB) map[string]any {
 type Server struct {
 	URL string
 
-	t        testing.TB
+	t        T
 	mu       sync.Mutex
 	replies  []Reply
 	requests []Request
@@ -49,7 +56,7 @@ type Server struct {
 
 // New starts a server answering with replies in order; it is closed when the test ends. A request
 // beyond the script fails the test and gets a 500.
-func New(t testing.TB, replies ...Reply) *Server {
+func New(t T, replies ...Reply) *Server {
 	s := &Server{t: t, replies: replies}
 	srv := httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(srv.Close)

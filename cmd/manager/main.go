@@ -1,0 +1,94 @@
+// Command manager runs the Toolnexus Operator: the AgentRun controller.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/controller"
+)
+
+func main() {
+	var (
+		metricsAddr, probeAddr, watchNamespaces string
+		secureMetrics, leaderElect              bool
+		maxConcurrent                           int
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized by the API server.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the liveness and readiness probes.")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so that only one manager replica takes steps.")
+	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 8, "How many runs are stepped at once.")
+	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(toolnexusv1alpha1.AddToScheme(scheme))
+
+	metricsOpts := metricsserver.Options{
+		BindAddress: metricsAddr, SecureServing: secureMetrics,
+		// HTTP/2 stays off: it is exposed to the HTTP/2 rapid-reset and stream-cancellation CVEs.
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+	}
+	if secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	cacheOpts := cache.Options{}
+	if watchNamespaces != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range strings.Split(watchNamespaces, ",") {
+			cacheOpts.DefaultNamespaces[strings.TrimSpace(ns)] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme: scheme, Metrics: metricsOpts, HealthProbeBindAddress: probeAddr, Cache: cacheOpts,
+		LeaderElection: leaderElect, LeaderElectionID: "toolnexus-operator.toolnexus.dev",
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		log.Error(err, "Unable to create the manager")
+		os.Exit(1)
+	}
+	if err := (&controller.AgentRunReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
+		Metrics:                 controller.NewMetrics(metrics.Registry, mgr.GetClient()),
+		MaxConcurrentReconciles: maxConcurrent,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up the AgentRun controller")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "Unable to set up the health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "Unable to set up the ready check")
+		os.Exit(1)
+	}
+	log.Info("Starting the manager")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "The manager stopped with an error")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,406 @@
+// Package controller holds the AgentRun reconciler: it reads objects, drives the durable step
+// machine of internal/loop, writes status, creates PendingRequests and emits events. Decisions
+// about the loop live in internal/loop; this package only does the I/O around them.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop"
+)
+
+// Backoff of transient model failures (SPEC §6): base doubled per consecutive failure, capped.
+const (
+	retryBase = 500 * time.Millisecond
+	retryCap  = 5 * time.Minute
+	// nextStep is the requeue delay between steps of a running run: a step ends the reconcile so
+	// that runs share the workers fairly.
+	nextStep = time.Millisecond
+)
+
+// Event reasons.
+const (
+	EventRunStarted        = "RunStarted"
+	EventToolSuspended     = "ToolSuspended"
+	EventRequestAnswered   = "RequestAnswered"
+	EventRequestExpired    = "RequestExpired"
+	EventRequestDeleted    = "RequestDeleted"
+	EventInvalidAnswer     = "InvalidAnswer"
+	EventRunSucceeded      = "RunSucceeded"
+	EventRunIncomplete     = "RunIncomplete"
+	EventRunFailed         = "RunFailed"
+	EventRunCancelled      = "RunCancelled"
+	EventSecretNotFound    = "SecretNotFound"
+	EventModelRetrying     = "ModelRetrying"
+	EventMCPServerFailed   = "MCPServerUnavailable"
+	secretNamesIndexField  = "spec.secretNames"
+	defaultModelRetries    = 5
+	actionStep             = "Step"
+	actionAnswer           = "Answer"
+)
+
+// AgentRunReconciler runs AgentRuns step by step.
+type AgentRunReconciler struct {
+	client.Client
+	// APIReader reads around the cache: the run's record and Secrets.
+	APIReader  client.Reader
+	Scheme     *runtime.Scheme
+	Recorder   events.EventRecorder
+	Clock      clock.PassiveClock
+	HTTPClient *http.Client
+	Metrics    *Metrics
+	// MaxConcurrentReconciles is the number of runs stepped at once.
+	MaxConcurrentReconciles int
+}
+
+var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
+
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns/status,verbs=get;patch
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile takes the run one step further: it consumes answers, runs at most one model turn and
+// its tool calls, persists the record after every step, and derives status from it.
+func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	run := &toolnexusv1alpha1.AgentRun{}
+	if err := r.Get(ctx, req.NamespacedName, run); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !run.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	if finished(run) {
+		return r.reconcileFinished(ctx, run)
+	}
+	rec, err := r.loadRecord(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s := &scope{run: run, before: run.DeepCopy(), rec: rec, now: r.Clock.Now()}
+	if s.requests, err = r.requestsOf(ctx, run); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	result, err := r.advance(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.syncRequests(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.patchStatus(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if finished(run) {
+		r.emitFinished(s)
+		return r.reconcileFinished(ctx, run)
+	}
+	return result, nil
+}
+
+// scope is what one reconcile of one run has read and decided.
+type scope struct {
+	run    *toolnexusv1alpha1.AgentRun
+	before *toolnexusv1alpha1.AgentRun
+	rec    *runRecord
+	// requests are the run's PendingRequests by name, from the cache.
+	requests map[string]*toolnexusv1alpha1.PendingRequest
+	progress progress
+	now      time.Time
+	// consumed names the requests whose answers this reconcile handed to the loop.
+	consumed map[string]bool
+}
+
+// advance consumes answers and takes steps. It returns when the run waits (for an answer, a
+// Secret, a backoff) or after one full turn, with the requeue that continues it.
+func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error) {
+	st := s.rec.State
+	if s.run.Spec.Cancel && s.rec.Outcome == nil && st.Status == "" {
+		s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonCancelled, Message: "The run was cancelled (spec.cancel)"}
+		return ctrl.Result{}, r.save(ctx, s)
+	}
+	if s.rec.Outcome != nil || st.Status != "" {
+		return ctrl.Result{}, nil
+	}
+	wake, err := r.consumeAnswers(ctx, s)
+	if err != nil || s.rec.Outcome != nil {
+		if err == nil {
+			err = r.save(ctx, s)
+		}
+		return ctrl.Result{}, err
+	}
+	if next := st.Next(); next != loop.ActionModelTurn && next != loop.ActionToolCalls {
+		// Parked: persist consumed answers (none here) and wake at the nearest expiry.
+		if err := r.announce(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+		return requeueAt(wake, s.now), nil
+	}
+
+	rt, err := r.buildRuntime(ctx, s.run, r.Metrics.observe)
+	var missing *missingSecretError
+	var invalid *specError
+	switch {
+	case errors.As(err, &missing):
+		s.progress.reason, s.progress.message = toolnexusv1alpha1.ReasonSecretNotFound, missing.Error()
+		return ctrl.Result{}, nil // the Secret watch wakes the run
+	case errors.As(err, &invalid):
+		s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonInvalidSpec, Message: invalid.Error()}
+		return ctrl.Result{}, r.save(ctx, s)
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	s.progress.toolsBuilt, s.progress.mcpFailures = true, rt.mcpFailures
+
+	for {
+		res, err := rt.client.Step(ctx, st, rt.toolkit)
+		if err != nil {
+			return r.stepFailed(ctx, s, err)
+		}
+		if res.Action == loop.ActionModelTurn {
+			s.rec.ModelFailures = 0
+		}
+		if err := r.save(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.announce(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+		next := st.Next()
+		if next == loop.ActionToolCalls && res.Action == loop.ActionModelTurn {
+			continue // the tool calls of the turn just taken
+		}
+		if next == loop.ActionModelTurn || next == loop.ActionToolCalls {
+			return ctrl.Result{RequeueAfter: nextStep}, nil
+		}
+		return requeueAt(wake, s.now), nil
+	}
+}
+
+// stepFailed handles a failed model request: transient failures back off through a requeue (no
+// worker is blocked), others end the run with the provider's redacted message.
+func (r *AgentRunReconciler) stepFailed(ctx context.Context, s *scope, err error) (ctrl.Result, error) {
+	retry, after := loop.Retryable(err)
+	retries := defaultModelRetries
+	if s.run.Spec.Model.Retries != nil {
+		retries = int(*s.run.Spec.Model.Retries)
+	}
+	if retry && s.rec.ModelFailures < retries {
+		s.rec.ModelFailures++
+		delay := time.Duration(math.Min(float64(retryBase)*math.Pow(2, float64(s.rec.ModelFailures-1)), float64(retryCap)))
+		if after > delay {
+			delay = after
+		}
+		s.progress.reason = toolnexusv1alpha1.ReasonModelRetrying
+		s.progress.message = fmt.Sprintf("Model request failed (attempt %d of %d), retrying in %s: %v", s.rec.ModelFailures, retries+1, delay, err)
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventModelRetrying, actionStep, "%s", truncate(s.progress.message, 1024))
+		return ctrl.Result{RequeueAfter: delay}, r.save(ctx, s)
+	}
+	msg := err.Error()
+	if retry {
+		msg = fmt.Sprintf("model request failed %d times in a row: %v", s.rec.ModelFailures+1, err)
+	}
+	s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonModelError, Message: truncate(msg, 2048)}
+	return ctrl.Result{}, r.save(ctx, s)
+}
+
+// save persists the record; a record too large to store ends the run with TranscriptTooLarge.
+func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
+	first := s.rec.resourceVersion == ""
+	err := r.saveRecord(ctx, s.run, s.rec)
+	if errors.Is(err, errRecordTooLarge) {
+		s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonTranscriptTooLarge,
+			Message: "The run stopped: " + err.Error() + "; reduce tool output or maxTurns"}
+		return nil
+	}
+	if err == nil && first {
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.run.Spec.Model.Name)
+	}
+	return err
+}
+
+// reconcileFinished deletes a finished run once ttlSecondsAfterFinished has passed.
+func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (ctrl.Result, error) {
+	ttl := run.Spec.TTLSecondsAfterFinished
+	if ttl == nil || run.Status.CompletionTime == nil {
+		return ctrl.Result{}, nil
+	}
+	deadline := run.Status.CompletionTime.Add(time.Duration(*ttl) * time.Second)
+	if wait := deadline.Sub(r.Clock.Now()); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Deleting finished run after its TTL", "run", klog.KObj(run))
+	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, run, client.PropagationPolicy("Background")))
+}
+
+// patchStatus derives status and patches it when it changed.
+func (r *AgentRunReconciler) patchStatus(ctx context.Context, s *scope) error {
+	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
+	if equality.Semantic.DeepEqual(s.before.Status, s.run.Status) {
+		return nil
+	}
+	r.emitProgress(s)
+	return r.Status().Patch(ctx, s.run, client.MergeFrom(s.before))
+}
+
+// emitProgress records events for transitions of an active run's waiting reason.
+func (r *AgentRunReconciler) emitProgress(s *scope) {
+	if s.progress.reason != toolnexusv1alpha1.ReasonSecretNotFound {
+		return
+	}
+	if old := conditionReason(s.before, toolnexusv1alpha1.ConditionSucceeded); old != toolnexusv1alpha1.ReasonSecretNotFound {
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventSecretNotFound, actionStep, "%s; the run starts when it appears", s.progress.message)
+	}
+}
+
+// emitFinished records the terminal event once, when the run's status first says it ended.
+func (r *AgentRunReconciler) emitFinished(s *scope) {
+	if finished(s.before) {
+		return
+	}
+	c := conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
+	switch {
+	case c.Reason == toolnexusv1alpha1.ReasonCompleted:
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunSucceeded, actionStep, "Run succeeded after %d turns", s.run.Status.Turns)
+	case c.Reason == toolnexusv1alpha1.ReasonMaxTurns:
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunIncomplete, actionStep, "%s", c.Message)
+	case c.Reason == toolnexusv1alpha1.ReasonCancelled:
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunCancelled, actionStep, "%s", c.Message)
+	default:
+		r.Metrics.runErrors.WithLabelValues(c.Reason).Inc()
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunFailed, actionStep, "%s: %s", c.Reason, truncate(c.Message, 1024))
+	}
+}
+
+func requeueAt(t, now time.Time) ctrl.Result {
+	if t.IsZero() {
+		return ctrl.Result{}
+	}
+	wait := t.Sub(now)
+	if wait <= 0 {
+		wait = nextStep
+	}
+	return ctrl.Result{RequeueAfter: wait}
+}
+
+// SetupWithManager registers the reconciler and its watches: AgentRuns (spec changes only),
+// answers to and deletions of their PendingRequests, and the appearance of Secrets they wait for.
+func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil {
+		return errors.New("AgentRunReconciler needs APIReader, Recorder, Clock and Metrics")
+	}
+	if r.HTTPClient == nil {
+		r.HTTPClient = defaultHTTPClient()
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, secretNamesIndexField, secretNames); err != nil {
+		return err
+	}
+	return builder.ControllerManagedBy(mgr).
+		For(&toolnexusv1alpha1.AgentRun{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&toolnexusv1alpha1.PendingRequest{}, builder.WithPredicates(answerOrDeletion())).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingFor),
+			builder.WithPredicates(predicate.Funcs{DeleteFunc: func(event.DeleteEvent) bool { return false }})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Named("agentrun").
+		Complete(r)
+}
+
+// answerOrDeletion passes the PendingRequest events a run must react to: an answer appearing, and
+// a request deleted by hand. The controller's own status writes are filtered out.
+func answerOrDeletion() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool {
+			p, ok := e.Object.(*toolnexusv1alpha1.PendingRequest)
+			return ok && p.Status.Answer != nil // an answer already there when the cache starts
+		},
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*toolnexusv1alpha1.PendingRequest)
+			n, ok2 := e.ObjectNew.(*toolnexusv1alpha1.PendingRequest)
+			return ok1 && ok2 && o.Status.Answer == nil && n.Status.Answer != nil
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// secretNames indexes a run by the Secrets it references.
+func secretNames(obj client.Object) []string {
+	run, ok := obj.(*toolnexusv1alpha1.AgentRun)
+	if !ok {
+		return nil
+	}
+	var names []string
+	if ref := run.Spec.Model.APIKeySecretRef; ref != nil {
+		names = append(names, ref.Name)
+	}
+	headers := func(hs []toolnexusv1alpha1.HTTPHeader) {
+		for _, h := range hs {
+			if h.ValueFrom != nil {
+				names = append(names, h.ValueFrom.SecretKeyRef.Name)
+			}
+		}
+	}
+	for _, t := range run.Spec.Tools {
+		if t.HTTP != nil {
+			headers(t.HTTP.Headers)
+		}
+	}
+	for _, s := range run.Spec.MCPServers {
+		headers(s.Headers)
+	}
+	return names
+}
+
+// runsWaitingFor maps a Secret to the active runs of its namespace that reference it.
+func (r *AgentRunReconciler) runsWaitingFor(ctx context.Context, secret client.Object) []reconcile.Request {
+	var runs toolnexusv1alpha1.AgentRunList
+	if err := r.List(ctx, &runs, client.InNamespace(secret.GetNamespace()),
+		client.MatchingFields{secretNamesIndexField: secret.GetName()}); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range runs.Items {
+		if !finished(&runs.Items[i]) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs.Items[i])})
+		}
+	}
+	return out
+}
+
+func conditionOf(run *toolnexusv1alpha1.AgentRun, t string) metav1.Condition {
+	if c := meta.FindStatusCondition(run.Status.Conditions, t); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+func conditionReason(run *toolnexusv1alpha1.AgentRun, t string) string {
+	return conditionOf(run, t).Reason
+}

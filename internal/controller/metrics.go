@@ -1,0 +1,101 @@
+package controller
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop"
+)
+
+// buckets are the toolnexus histogram buckets.
+var buckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// Metrics are the manager's Prometheus metrics, with toolnexus names where toolnexus has one.
+type Metrics struct {
+	llmRequests    *prometheus.CounterVec
+	llmTokens      *prometheus.CounterVec
+	llmDuration    *prometheus.HistogramVec
+	toolCalls      *prometheus.CounterVec
+	toolDuration   *prometheus.HistogramVec
+	runErrors      *prometheus.CounterVec
+	suspensionWait *prometheus.HistogramVec
+}
+
+// NewMetrics registers the metrics with reg. Open PendingRequests are counted from reader (the
+// manager's cache) at scrape time, so the gauge can never drift from the cluster.
+func NewMetrics(reg prometheus.Registerer, reader client.Reader) *Metrics {
+	m := &Metrics{
+		llmRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolnexus_llm_requests_total", Help: "Total LLM requests."}, []string{"model", "status"}),
+		llmTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolnexus_llm_tokens_total", Help: "Total tokens, by type."}, []string{"model", "type"}),
+		llmDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "toolnexus_llm_request_duration_seconds", Help: "LLM request duration in seconds.", Buckets: buckets},
+			[]string{"model"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolnexus_tool_calls_total", Help: "Total tool calls."}, []string{"tool", "source", "is_error", "pending"}),
+		toolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "toolnexus_tool_duration_seconds", Help: "Tool execution duration in seconds.", Buckets: buckets},
+			[]string{"tool", "source"}),
+		runErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolnexus_run_errors_total", Help: "Total run errors."}, []string{"reason"}),
+		suspensionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "toolnexus_suspension_wait_seconds", Help: "Time from a PendingRequest's creation to its answer, in seconds.",
+			Buckets: []float64{1, 10, 60, 300, 1800, 3600, 14400, 86400, 604800}}, []string{"kind", "outcome"}),
+	}
+	reg.MustRegister(m.llmRequests, m.llmTokens, m.llmDuration, m.toolCalls, m.toolDuration, m.runErrors,
+		m.suspensionWait, &pendingCollector{reader: reader})
+	return m
+}
+
+// observe records one loop event.
+func (m *Metrics) observe(ev loop.Event) {
+	switch ev.Kind {
+	case loop.EventLLM:
+		status := strconv.Itoa(ev.StatusCode)
+		if ev.StatusCode == 0 {
+			status = "error"
+		}
+		m.llmRequests.WithLabelValues(ev.Model, status).Inc()
+		m.llmDuration.WithLabelValues(ev.Model).Observe(ev.Duration.Seconds())
+		m.llmTokens.WithLabelValues(ev.Model, "prompt").Add(float64(ev.PromptTokens))
+		m.llmTokens.WithLabelValues(ev.Model, "completion").Add(float64(ev.CompletionTokens))
+	case loop.EventTool:
+		m.toolCalls.WithLabelValues(ev.Tool, string(ev.Source), strconv.FormatBool(ev.IsError), strconv.FormatBool(ev.Pending)).Inc()
+		m.toolDuration.WithLabelValues(ev.Tool, string(ev.Source)).Observe(ev.Duration.Seconds())
+	}
+}
+
+var pendingDesc = prometheus.NewDesc("toolnexus_pending_requests", "PendingRequests open now, by kind.", []string{"kind"}, nil)
+
+// pendingCollector counts unanswered PendingRequests from the cache when scraped.
+type pendingCollector struct {
+	reader client.Reader
+	mu     sync.Mutex
+}
+
+func (c *pendingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- pendingDesc }
+
+func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var list toolnexusv1alpha1.PendingRequestList
+	if err := c.reader.List(context.Background(), &list); err != nil {
+		return
+	}
+	counts := map[string]int{}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Status.Answer == nil && p.Status.Phase != toolnexusv1alpha1.RequestPhaseCancelled {
+			counts[p.Spec.Request.Kind]++
+		}
+	}
+	for kind, n := range counts {
+		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(n), kind)
+	}
+}

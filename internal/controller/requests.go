@@ -1,0 +1,122 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// maxNameLen keeps request names valid as object names and label values of related objects.
+const maxNameLen = 253
+
+// requestName is the deterministic name of the PendingRequest for a call: <run>-<turn>-<call id>,
+// lower-cased, with characters a name cannot hold replaced by '-'. A name that had to be changed
+// or shortened gets a hash suffix so two calls never share a name.
+func requestName(run string, turn int, callID string) string {
+	clean := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(callID), "-"), "-")
+	name := fmt.Sprintf("%s-%d-%s", run, turn, clean)
+	if clean == strings.ReplaceAll(callID, "_", "-") && len(name) <= maxNameLen {
+		return name
+	}
+	sum := sha256.Sum256([]byte(callID))
+	suffix := "-" + hex.EncodeToString(sum[:])[:8]
+	if len(name)+len(suffix) > maxNameLen {
+		name = strings.TrimRight(name[:maxNameLen-len(suffix)], "-")
+	}
+	return name + suffix
+}
+
+// newPendingRequest builds the PendingRequest for a suspended call of the current turn.
+func newPendingRequest(run *toolnexusv1alpha1.AgentRun, turn int, call loop.Call, now time.Time) (*toolnexusv1alpha1.PendingRequest, error) {
+	req := call.Request
+	data, err := rawJSON(req.Data)
+	if err != nil {
+		return nil, fmt.Errorf("request data of call %s: %w", call.ID, err)
+	}
+	preq := &toolnexusv1alpha1.PendingRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: requestName(run.Name, turn, call.ID), Namespace: run.Namespace,
+			Labels: map[string]string{toolnexusv1alpha1.RunLabel: run.Name},
+		},
+		Spec: toolnexusv1alpha1.PendingRequestSpec{
+			RunRef:   toolnexusv1alpha1.RunReference{Name: run.Name},
+			ToolCall: toolnexusv1alpha1.ToolCall{ID: call.ID, Name: call.Name, Arguments: truncate(call.Arguments, 65536)},
+			Request: toolnexusv1alpha1.Request{
+				ID: req.ID, Kind: req.Kind, Prompt: truncate(req.Prompt, 16384), URL: req.URL, Data: data,
+				ExpiresAt: req.ExpiresAt,
+			},
+		},
+	}
+	if s := run.Spec.Suspension; s != nil {
+		if s.Timeout != nil && preq.Spec.Request.ExpiresAt == "" {
+			preq.Spec.Request.ExpiresAt = now.Add(s.Timeout.Duration).UTC().Format(time.RFC3339)
+		}
+		if s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0) {
+			preq.Spec.Approvers = s.Approvers.DeepCopy()
+		}
+	}
+	return preq, nil
+}
+
+func rawJSON(v map[string]any) (*apiextensionsv1.JSON, error) {
+	if v == nil {
+		return nil, nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return &apiextensionsv1.JSON{Raw: raw}, nil
+}
+
+// answerOf converts a PendingRequest answer into the loop's Answer.
+func answerOf(a *toolnexusv1alpha1.Answer) (tools.Answer, error) {
+	out := tools.Answer{ID: a.ID, OK: a.OK, Reason: a.Reason}
+	if a.Data != nil && len(a.Data.Raw) > 0 {
+		if err := json.Unmarshal(a.Data.Raw, &out.Data); err != nil {
+			return out, fmt.Errorf("answer.data is not a JSON object: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// expiresAt parses spec.request.expiresAt; the zero time means the request never expires.
+func expiresAt(preq *toolnexusv1alpha1.PendingRequest) time.Time {
+	t, err := time.Parse(time.RFC3339, preq.Spec.Request.ExpiresAt)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// truncate shortens s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	note := "… [truncated " + strconv.Itoa(len(s)) + " bytes]"
+	cut := n - len(note)
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + note
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,227 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+const defaultModelTimeout = 120 * time.Second
+
+// missingSecretError says which Secret reference cannot be resolved. The run waits for it.
+type missingSecretError struct {
+	ref  toolnexusv1alpha1.SecretKeyReference
+	what string
+}
+
+func (e *missingSecretError) Error() string {
+	return fmt.Sprintf("%s: Secret %q has no key %q (or does not exist) in the run's namespace", e.what, e.ref.Name, e.ref.Key)
+}
+
+// specError is a spec that passed admission but cannot run; the run fails with InvalidSpec.
+type specError struct{ err error }
+
+func (e *specError) Error() string { return e.err.Error() }
+func (e *specError) Unwrap() error { return e.err }
+
+// readSecret reads one key of a Secret in namespace, uncached: the manager does not keep Secret
+// values in memory, and a rotated Secret is picked up by the next read.
+func (r *AgentRunReconciler) readSecret(ctx context.Context, namespace string, ref toolnexusv1alpha1.SecretKeyReference, what string) (string, error) {
+	s := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, s)
+	if apierrors.IsNotFound(err) {
+		return "", &missingSecretError{ref: ref, what: what}
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: reading Secret %q: %w", what, ref.Name, err)
+	}
+	v, ok := s.Data[ref.Key]
+	if !ok {
+		return "", &missingSecretError{ref: ref, what: what}
+	}
+	return string(v), nil
+}
+
+// stepper is what one reconcile needs to take a step: a model client and the run's tools.
+type stepper struct {
+	client  *loop.Client
+	toolkit *tools.Toolkit
+	// mcpFailures names each MCP server that could not be reached, with why.
+	mcpFailures []string
+}
+
+// buildRuntime resolves the run's spec into a loop client and toolkit. Secret values for headers
+// are resolved at call time; the API key is read now because every model request needs it.
+func (r *AgentRunReconciler) buildRuntime(ctx context.Context, run *toolnexusv1alpha1.AgentRun, observe func(loop.Event)) (*stepper, error) {
+	spec := &run.Spec
+	apiKey := ""
+	if ref := spec.Model.APIKeySecretRef; ref != nil {
+		var err error
+		if apiKey, err = r.readSecret(ctx, run.Namespace, *ref, "spec.model.apiKeySecretRef"); err != nil {
+			return nil, err
+		}
+	}
+	// Header Secrets are checked up front too, so a missing one parks the run before it starts
+	// rather than failing a tool call later.
+	for i, t := range spec.Tools {
+		if t.HTTP == nil {
+			continue
+		}
+		if err := r.checkHeaders(ctx, run.Namespace, t.HTTP.Headers, fmt.Sprintf("spec.tools[%d].http.headers", i)); err != nil {
+			return nil, err
+		}
+	}
+	for i, s := range spec.MCPServers {
+		if err := r.checkHeaders(ctx, run.Namespace, s.Headers, fmt.Sprintf("spec.mcpServers[%d].headers", i)); err != nil {
+			return nil, err
+		}
+	}
+
+	rt := &stepper{}
+	var all []tools.Tool
+	for i, t := range spec.Tools {
+		tool, err := tools.HTTPTool(tools.HTTPToolSpec{
+			Name: t.Name, Description: t.Description, InputSchema: jsonObject(t.Parameters),
+			URL: t.HTTP.URL, Method: string(t.HTTP.Method), Timeout: durationOr(t.HTTP.Timeout, 0),
+			Headers: r.headers(run.Namespace, t.HTTP.Headers, fmt.Sprintf("spec.tools[%d].http.headers", i)),
+			Client:  r.HTTPClient,
+		})
+		if err != nil {
+			return nil, &specError{fmt.Errorf("spec.tools[%d]: %w", i, err)}
+		}
+		all = append(all, tool)
+	}
+	for i, s := range spec.MCPServers {
+		server, err := tools.ConnectMCP(ctx, tools.MCPServerSpec{
+			Name: s.Name, URL: s.URL, AllowTools: s.Tools, Timeout: durationOr(s.Timeout, 0),
+			Headers:    r.headers(run.Namespace, s.Headers, fmt.Sprintf("spec.mcpServers[%d].headers", i)),
+			HTTPClient: r.HTTPClient,
+		})
+		if err != nil {
+			rt.mcpFailures = append(rt.mcpFailures, fmt.Sprintf("%s: %v", s.Name, err))
+			continue
+		}
+		all = append(all, server.Tools()...)
+	}
+	for _, b := range spec.Builtins {
+		if b == toolnexusv1alpha1.BuiltinQuestion {
+			all = append(all, tools.QuestionTool())
+		}
+	}
+	tk, err := tools.NewToolkit(all...)
+	if err != nil {
+		return nil, &specError{err}
+	}
+	rt.toolkit = tk
+
+	hooks, err := gateHooks(spec.Approvals)
+	if err != nil {
+		return nil, &specError{err}
+	}
+	rt.client, err = loop.New(loop.Options{
+		BaseURL: spec.Model.BaseURL, Style: string(spec.Model.Style), Model: spec.Model.Name, APIKey: apiKey,
+		SystemPrompt: spec.SystemPrompt, MaxTurns: int(spec.MaxTurns), Hooks: hooks,
+		RequestTimeout: durationOr(spec.Model.RequestTimeout, defaultModelTimeout), HTTPClient: r.HTTPClient,
+		IdempotencyPrefix: string(run.UID), OnEvent: observe, Clock: r.Clock.Now,
+	})
+	if err != nil {
+		return nil, &specError{err}
+	}
+	return rt, nil
+}
+
+func (r *AgentRunReconciler) checkHeaders(ctx context.Context, namespace string, hs []toolnexusv1alpha1.HTTPHeader, what string) error {
+	for _, h := range hs {
+		if h.ValueFrom == nil {
+			continue
+		}
+		if _, err := r.readSecret(ctx, namespace, h.ValueFrom.SecretKeyRef, what+" "+h.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// headers turns header specs into tool headers whose Secret values are read on every request.
+func (r *AgentRunReconciler) headers(namespace string, hs []toolnexusv1alpha1.HTTPHeader, what string) []tools.Header {
+	out := make([]tools.Header, 0, len(hs))
+	for _, h := range hs {
+		th := tools.Header{Name: h.Name}
+		switch {
+		case h.Value != nil:
+			th.Value = *h.Value
+		case h.ValueFrom != nil:
+			ref, label := h.ValueFrom.SecretKeyRef, what+" "+h.Name
+			th.Resolve = func(ctx context.Context) (string, error) {
+				return r.readSecret(ctx, namespace, ref, label)
+			}
+		}
+		out = append(out, th)
+	}
+	return out
+}
+
+// gateHooks turns spec.approvals into the BeforeTool hook that raises approval requests.
+func gateHooks(approvals []toolnexusv1alpha1.ApprovalGate) (loop.Hooks, error) {
+	if len(approvals) == 0 {
+		return loop.Hooks{}, nil
+	}
+	specs := make([]tools.GateSpec, len(approvals))
+	for i, a := range approvals {
+		specs[i] = tools.GateSpec{Tools: a.Tools, When: a.When, Prompt: a.Prompt}
+	}
+	gates, err := tools.NewGates(specs)
+	if err != nil {
+		return loop.Hooks{}, fmt.Errorf("spec.approvals: %w", err)
+	}
+	return loop.Hooks{BeforeTool: func(_ context.Context, ev loop.BeforeToolEvent) (*loop.ToolOverride, error) {
+		raw, err := json.Marshal(ev.Args)
+		if err != nil {
+			return nil, err
+		}
+		req, err := gates.Check(ev.Name, ev.Args, ev.ID, string(raw))
+		if err != nil || req == nil {
+			return nil, err
+		}
+		res := tools.Pending(*req)
+		return &loop.ToolOverride{Result: &res}, nil
+	}}, nil
+}
+
+// jsonObject decodes an optional JSON object field; nil or non-object JSON gives nil.
+func jsonObject(j *apiextensionsv1.JSON) map[string]any {
+	if j == nil {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal(j.Raw, &m) != nil {
+		return nil
+	}
+	return m
+}
+
+// durationOr returns d, or def when d is unset.
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
+}
+
+// defaultHTTPClient is the default client for model and tool requests: per-request timeouts come from
+// contexts, so the client itself sets none.
+func defaultHTTPClient() *http.Client {
+	return &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+}
