@@ -43,23 +43,23 @@ const (
 
 // Event reasons.
 const (
-	EventRunStarted        = "RunStarted"
-	EventToolSuspended     = "ToolSuspended"
-	EventRequestAnswered   = "RequestAnswered"
-	EventRequestExpired    = "RequestExpired"
-	EventRequestDeleted    = "RequestDeleted"
-	EventInvalidAnswer     = "InvalidAnswer"
-	EventRunSucceeded      = "RunSucceeded"
-	EventRunIncomplete     = "RunIncomplete"
-	EventRunFailed         = "RunFailed"
-	EventRunCancelled      = "RunCancelled"
-	EventSecretNotFound    = "SecretNotFound"
-	EventModelRetrying     = "ModelRetrying"
-	EventMCPServerFailed   = "MCPServerUnavailable"
-	secretNamesIndexField  = "spec.secretNames"
-	defaultModelRetries    = 5
-	actionStep             = "Step"
-	actionAnswer           = "Answer"
+	EventRunStarted       = "RunStarted"
+	EventToolSuspended    = "ToolSuspended"
+	EventRequestAnswered  = "RequestAnswered"
+	EventRequestExpired   = "RequestExpired"
+	EventRequestDeleted   = "RequestDeleted"
+	EventInvalidAnswer    = "InvalidAnswer"
+	EventRunSucceeded     = "RunSucceeded"
+	EventRunIncomplete    = "RunIncomplete"
+	EventRunFailed        = "RunFailed"
+	EventRunCancelled     = "RunCancelled"
+	EventSecretNotFound   = "SecretNotFound"
+	EventModelRetrying    = "ModelRetrying"
+	EventMCPServerFailed  = "MCPServerUnavailable"
+	secretNamesIndexField = "spec.secretNames"
+	defaultModelRetries   = 5
+	actionStep            = "Step"
+	actionAnswer          = "Answer"
 )
 
 // AgentRunReconciler runs AgentRuns step by step.
