@@ -33,6 +33,10 @@ func (st *State) Answer(callID string, a tools.Answer) error {
 		return err
 	}
 	ans := a
+	if ans.ID == "" {
+		// The id is optional for the answerer; the tool sees the answer as addressed to its request.
+		ans.ID = call.Request.ID
+	}
 	call.Answer = &ans
 	if a.OK {
 		call.Phase = PhaseAnswered

@@ -1,0 +1,174 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/testenv"
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+var (
+	env       *envtest.Environment
+	cfg       *rest.Config
+	k8sClient client.Client
+	scheme    = runtime.NewScheme()
+	// stopManager stops the manager the suite runs; tests of durability restart it.
+	stopManager context.CancelFunc
+	managerDone chan struct{}
+)
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controllers (envtest)")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	var err error
+	env, err = testenv.New()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err = env.Start()
+	Expect(err).NotTo(HaveOccurred())
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(toolnexusv1alpha1.AddToScheme(scheme)).To(Succeed())
+	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	startManager()
+})
+
+var _ = AfterSuite(func() {
+	if stopManager != nil {
+		stopManager()
+		<-managerDone
+	}
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+})
+
+// startManager runs a manager with the AgentRun controller until stopManager is called.
+func startManager() {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: ctrlConfigSkipNameValidation(),
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect((&controller.AgentRunReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
+		Metrics:                 controller.NewMetrics(prometheus.NewRegistry(), mgr.GetClient()),
+		MaxConcurrentReconciles: 4,
+	}).SetupWithManager(mgr)).To(Succeed())
+	ctx, cancel := context.WithCancel(context.Background())
+	stopManager, managerDone = cancel, make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(managerDone)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+}
+
+// restartManager stops the running manager and starts a new one, as a process restart would.
+func restartManager() {
+	stopManager()
+	<-managerDone
+	startManager()
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "run-"}}
+	Expect(k8sClient.Create(context.Background(), ns)).To(Succeed())
+	return ns.Name
+}
+
+// toolCall is one request a fake tool server received.
+type toolCall struct {
+	Path           string
+	Args           map[string]any
+	Answer         *tools.Answer
+	IdempotencyKey string
+	Header         http.Header
+}
+
+// toolServer is a fake tool server speaking the HTTP tool protocol of SPEC 4.1. respond decides
+// each reply from the call (its path, arguments and decoded Toolnexus-Answer header).
+type toolServer struct {
+	URL     string
+	mu      sync.Mutex
+	calls   []toolCall
+	respond func(c toolCall) (int, string)
+}
+
+func newToolServer(respond func(c toolCall) (int, string)) *toolServer {
+	ts := &toolServer{respond: respond}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		c := toolCall{Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"), Header: r.Header.Clone()}
+		_ = json.Unmarshal(body, &c.Args)
+		if h := r.Header.Get("Toolnexus-Answer"); h != "" {
+			raw, err := base64.RawURLEncoding.DecodeString(h)
+			Expect(err).NotTo(HaveOccurred())
+			c.Answer = &tools.Answer{}
+			Expect(json.Unmarshal(raw, c.Answer)).To(Succeed())
+		}
+		ts.mu.Lock()
+		ts.calls = append(ts.calls, c)
+		ts.mu.Unlock()
+		status, out := ts.respond(c)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, out)
+	}))
+	DeferCleanup(srv.Close)
+	ts.URL = srv.URL
+	return ts
+}
+
+func (ts *toolServer) Calls() []toolCall {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return append([]toolCall(nil), ts.calls...)
+}
+
+// pendingJSON is a toolnexus ToolResult that suspends with req.
+func pendingJSON(req tools.Request) string {
+	raw, err := json.Marshal(tools.Pending(req))
+	Expect(err).NotTo(HaveOccurred())
+	return string(raw)
+}
+
+const eventually = 20 * time.Second
+
+// ctrlConfigSkipNameValidation lets the suite start a second manager with the same controller
+// name after a restart.
+func ctrlConfigSkipNameValidation() config.Controller {
+	return config.Controller{SkipNameValidation: ptr.To(true)}
+}
