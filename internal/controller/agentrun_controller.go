@@ -149,7 +149,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	if s.rec.Outcome != nil || st.Status != "" {
 		return ctrl.Result{}, nil
 	}
-	wake, err := r.consumeAnswers(ctx, s)
+	err := r.consumeAnswers(ctx, s)
 	if err != nil || s.rec.Outcome != nil {
 		if err == nil {
 			err = r.save(ctx, s)
@@ -161,7 +161,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 		if err := r.announce(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
-		return requeueAt(wake, s.now), nil
+		return requeueAt(nearestExpiry(s), s.now), nil
 	}
 
 	rt, err := r.buildRuntime(ctx, s.run, r.Metrics.observe)
@@ -200,13 +200,17 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 		if next == loop.ActionModelTurn || next == loop.ActionToolCalls {
 			return ctrl.Result{RequeueAfter: nextStep}, nil
 		}
-		return requeueAt(wake, s.now), nil
+		return requeueAt(nearestExpiry(s), s.now), nil
 	}
 }
 
 // stepFailed handles a failed model request: transient failures back off through a requeue (no
 // worker is blocked), others end the run with the provider's redacted message.
 func (r *AgentRunReconciler) stepFailed(ctx context.Context, s *scope, err error) (ctrl.Result, error) {
+	if ctx.Err() != nil {
+		// The manager is stopping: the step did not happen, and the next leader repeats it.
+		return ctrl.Result{}, err
+	}
 	retry, after := loop.Retryable(err)
 	retries := defaultModelRetries
 	if s.run.Spec.Model.Retries != nil {

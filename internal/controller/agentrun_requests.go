@@ -36,9 +36,8 @@ func (r *AgentRunReconciler) requestsOf(ctx context.Context, run *toolnexusv1alp
 
 // consumeAnswers hands every answered, expired or deleted request of a suspended call to the loop,
 // exactly once: the loop state records the answer, and the record is saved before the request is
-// marked Resolved. It returns the nearest expiry of the requests still open.
-func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) (time.Time, error) {
-	var wake time.Time
+// marked Resolved.
+func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error {
 	st := s.rec.State
 	for _, call := range st.Suspended() {
 		name, announced := s.rec.Announced[call.ID]
@@ -49,7 +48,7 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) (time
 		if preq == nil {
 			gone, err := r.requestGone(ctx, s.run.Namespace, name)
 			if err != nil || !gone {
-				return wake, err
+				return err
 			}
 			r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRequestDeleted, actionAnswer,
 				"PendingRequest %s was deleted before it was answered; the model is told the call was declined", name)
@@ -74,18 +73,11 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) (time
 				"PendingRequest %s answered by %s (ok: %t)", name, answererOf(preq), a.OK)
 			continue
 		}
-		exp := expiresAt(preq)
-		if exp.IsZero() {
-			continue
-		}
-		if s.now.Before(exp) {
-			if wake.IsZero() || exp.Before(wake) {
-				wake = exp
-			}
+		if exp := expiresAt(preq); exp.IsZero() || s.now.Before(exp) {
 			continue
 		}
 		if err := r.expire(ctx, preq, s.now); err != nil {
-			return wake, err
+			return err
 		}
 		r.Recorder.Eventf(s.run, preq, corev1.EventTypeWarning, EventRequestExpired, actionAnswer, "PendingRequest %s expired unanswered", name)
 		r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, tools.ReasonExpired).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
@@ -95,7 +87,22 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) (time
 				Message: fmt.Sprintf("PendingRequest %s expired unanswered and spec.suspension.onTimeout is Fail", name)}
 		}
 	}
-	return wake, nil
+	return nil
+}
+
+// nearestExpiry is when the first of the run's open requests expires; zero when none does.
+func nearestExpiry(s *scope) time.Time {
+	var wake time.Time
+	for _, call := range s.rec.State.Suspended() {
+		preq := s.requests[s.rec.Announced[call.ID]]
+		if preq == nil {
+			continue
+		}
+		if exp := expiresAt(preq); !exp.IsZero() && (wake.IsZero() || exp.Before(wake)) {
+			wake = exp
+		}
+	}
+	return wake
 }
 
 // hand records a refusal the controller decided on (expiry, deletion, an unusable answer).

@@ -1,0 +1,189 @@
+package controller_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+// approvalServer suspends every first call with an approval and answers a retry with "approved".
+func approvalServer() *toolServer {
+	return newToolServer(func(c toolCall) (int, string) {
+		if c.Answer != nil {
+			return 200, "approved"
+		}
+		return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
+	})
+}
+
+var _ = Describe("AgentRun expiry", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("declines an expired request as system:expired and the run continues (onTimeout Decline)", func() {
+		ts := approvalServer()
+		model := looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}),
+			looptest.OpenAIText("nobody answered"))
+		run := newRun(ns, "expires", model.URL, ts, "approve")
+		run.Spec.Suspension = &toolnexusv1alpha1.SuspensionPolicy{Timeout: &metav1.Duration{Duration: 2 * time.Second}, OnTimeout: toolnexusv1alpha1.OnTimeoutDecline}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		reqs := waitSuspended(run, 1)
+		Expect(reqs[0].Spec.Request.ExpiresAt).NotTo(BeEmpty())
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(lastToolMessages(model)).To(ConsistOf(HaveKeyWithValue("content", "declined/expired: approve?\nreason: expired")))
+		p := requestNamed(run, reqs[0].Name)
+		Expect(p.Status.Answer).To(Equal(&toolnexusv1alpha1.Answer{OK: false, Reason: "expired"}))
+		Expect(p.Status.AnsweredBy).To(Equal(toolnexusv1alpha1.ExpiredAnswerer))
+		Eventually(func() toolnexusv1alpha1.RequestPhase { return requestNamed(run, reqs[0].Name).Status.Phase }, eventually).
+			Should(Equal(toolnexusv1alpha1.RequestPhaseExpired))
+		Expect(ts.Calls()).To(HaveLen(1))
+	})
+
+	It("fails the run with RequestExpired when onTimeout is Fail", func() {
+		ts := approvalServer()
+		model := looptest.New(GinkgoT(), looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}))
+		run := newRun(ns, "expires-fail", model.URL, ts, "approve")
+		run.Spec.Suspension = &toolnexusv1alpha1.SuspensionPolicy{Timeout: &metav1.Duration{Duration: time.Second}, OnTimeout: toolnexusv1alpha1.OnTimeoutFail}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		waitSuspended(run, 1)
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseFailed))
+		Expect(reasonOf(run)).To(Equal(toolnexusv1alpha1.ReasonRequestExpired))
+		Expect(model.Requests()).To(HaveLen(1))
+	})
+
+	It("tells the model when a PendingRequest is deleted by hand, instead of waiting forever", func() {
+		ts := approvalServer()
+		model := looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}),
+			looptest.OpenAIText("the request went away"))
+		run := newRun(ns, "deleted-request", model.URL, ts, "approve")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		reqs := waitSuspended(run, 1)
+		Expect(k8sClient.Delete(ctx, &reqs[0])).To(Succeed())
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(lastToolMessages(model)).To(ConsistOf(HaveKeyWithValue("content",
+			"declined/expired: approve?\nreason: the PendingRequest was deleted")))
+	})
+})
+
+var _ = Describe("AgentRun durability", Ordered, func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("loses no parked run and no answer across a manager restart, and applies each answer once", func() {
+		ts := approvalServer()
+		var runs []*toolnexusv1alpha1.AgentRun
+		for _, name := range []string{"parked-a", "parked-b", "parked-c"} {
+			model := looptest.New(GinkgoT(),
+				looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}),
+				looptest.OpenAIText(name+" done"))
+			run := newRun(ns, name, model.URL, ts, "approve")
+			Expect(k8sClient.Create(ctx, run)).To(Succeed())
+			runs = append(runs, run)
+		}
+		for _, run := range runs {
+			waitSuspended(run, 1)
+		}
+		// One answer arrives while the manager is down; the others after it is back.
+		stopManager()
+		<-managerDone
+		answer(&requestsOf(runs[0])[0], `{"ok":true}`)
+		startManager()
+		answer(&requestsOf(runs[1])[0], `{"ok":true}`)
+		answer(&requestsOf(runs[2])[0], `{"ok":true}`)
+		for _, run := range runs {
+			Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+			Expect(getRun(run).Status.Text).To(Equal(run.Name + " done"))
+			Expect(requestsOf(run)).To(HaveLen(1))
+		}
+		retries := 0
+		for _, c := range ts.Calls() {
+			if c.Answer != nil {
+				retries++
+			}
+		}
+		Expect(retries).To(Equal(3), "each answer is applied exactly once")
+	})
+
+	It("repeats a model turn that was in flight when the manager stopped", func() {
+		var served atomic.Int32
+		inFlight := make(chan struct{})
+		model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			if served.Add(1) == 1 {
+				close(inFlight)
+				<-r.Context().Done() // hang until the stopping manager gives up on the request
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, looptest.OpenAIText("made it").Body)
+		}))
+		DeferCleanup(model.Close)
+		run := newRun(ns, "in-flight", model.URL+"/v1", nil)
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(inFlight, eventually).Should(BeClosed())
+		restartManager()
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(getRun(run).Status.Text).To(Equal("made it"))
+		Expect(served.Load()).To(Equal(int32(2)))
+	})
+})
+
+var _ = Describe("kubectl wait", func() {
+	It("waits for Suspended and then Succeeded", func() {
+		ns := newNamespace()
+		kubeconfig := adminKubeconfig()
+		kubectl := func(args ...string) (string, error) {
+			cmd := exec.Command(filepath.Join(env.BinaryAssetsDirectory, "kubectl"), append([]string{"--kubeconfig", kubeconfig, "-n", ns}, args...)...)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		ts := approvalServer()
+		model := looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}),
+			looptest.OpenAIText("approved and done"))
+		run := newRun(ns, "waited", model.URL, ts, "approve")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		out, err := kubectl("wait", "--for=condition=Suspended", "agentrun/waited", "--timeout=30s")
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = kubectl("get", "ar")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`NAME\s+PHASE\s+TURNS\s+PENDING\s+AGE\nwaited\s+Suspended\s+1\s+1\s+`))
+		out, err = kubectl("get", "preq")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`NAME\s+RUN\s+KIND\s+PHASE\s+PROMPT\s+AGE\nwaited-1-call-1\s+waited\s+approval\s+Waiting\s+approve\?`))
+		out, err = kubectl("patch", "preq", "waited-1-call-1", "--subresource=status", "--type=merge", "-p", `{"status":{"answer":{"ok":true}}}`)
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = kubectl("wait", "--for=condition=Succeeded", "agentrun/waited", "--timeout=30s")
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", "ar/waited", "--timeout=5s")
+		Expect(err).NotTo(HaveOccurred(), out)
+	})
+})
+
+// adminKubeconfig writes a kubeconfig for a cluster admin of the suite's API server.
+func adminKubeconfig() string {
+	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	raw, err := user.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(os.WriteFile(path, raw, 0o600)).To(Succeed())
+	return path
+}
+
