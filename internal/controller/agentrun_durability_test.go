@@ -186,4 +186,3 @@ func adminKubeconfig() string {
 	Expect(os.WriteFile(path, raw, 0o600)).To(Succeed())
 	return path
 }
-
