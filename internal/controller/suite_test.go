@@ -42,6 +42,8 @@ var (
 	// stopManager stops the manager the suite runs; tests of durability restart it.
 	stopManager context.CancelFunc
 	managerDone chan struct{}
+	// registry holds the metrics of the running manager.
+	registry *prometheus.Registry
 )
 
 func TestControllers(t *testing.T) {
@@ -80,10 +82,11 @@ func startManager() {
 		Controller: ctrlConfigSkipNameValidation(),
 	})
 	Expect(err).NotTo(HaveOccurred())
+	registry = prometheus.NewRegistry()
 	Expect((&controller.AgentRunReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
-		Metrics:                 controller.NewMetrics(prometheus.NewRegistry(), mgr.GetClient()),
+		Metrics:                 controller.NewMetrics(registry, mgr.GetClient()),
 		MaxConcurrentReconciles: 4,
 	}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
