@@ -78,8 +78,22 @@ type AgentRunReconciler struct {
 
 var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
 
+// Why each permission is there (the manager's ClusterRole is generated from these markers):
+//   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished.
+//   - agentruns/status get/patch: the run's status; agentruns/finalizers update: the controller
+//     owner references it sets on requests and transcripts (clusters that enforce
+//     OwnerReferencesPermissionEnforcement require it).
+//   - pendingrequests get/list/watch/create: one request per suspended call, watched for answers.
+//   - pendingrequests/status get/patch: phase and conditions, and the expiry answer.
+//   - configmaps get/create/update: the run's transcript and step state (the run owns it).
+//   - secrets get/list/watch: get resolves apiKeySecretRef and header valueFrom at call time;
+//     list/watch feed a metadata-only informer (names, no values are cached) so a run waiting for
+//     a missing Secret starts when it appears.
+//   - events create/patch: transition events on runs.
+//
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns/status,verbs=get;patch
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update
