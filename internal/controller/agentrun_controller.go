@@ -163,6 +163,10 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	if s.rec.Outcome != nil || st.Status != "" {
 		return ctrl.Result{}, nil
 	}
+	// Announce first: a request created just before a crash may already carry an answer.
+	if err := r.announce(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	err := r.consumeAnswers(ctx, s)
 	if err != nil || s.rec.Outcome != nil {
 		if err == nil {
@@ -171,10 +175,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	if next := st.Next(); next != loop.ActionModelTurn && next != loop.ActionToolCalls {
-		// Parked: persist consumed answers (none here) and wake at the nearest expiry.
-		if err := r.announce(ctx, s); err != nil {
-			return ctrl.Result{}, err
-		}
+		// Parked: answers and deletions wake the run, and so does the nearest expiry.
 		return requeueAt(nearestExpiry(s), s.now), nil
 	}
 
@@ -201,7 +202,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 		if res.Action == loop.ActionModelTurn {
 			s.rec.ModelFailures = 0
 		}
-		if err := r.save(ctx, s); err != nil {
+		if err := r.save(ctx, s); err != nil || s.rec.Outcome != nil {
 			return ctrl.Result{}, err
 		}
 		if err := r.announce(ctx, s); err != nil {

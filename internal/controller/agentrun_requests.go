@@ -160,12 +160,15 @@ func (r *AgentRunReconciler) announce(ctx context.Context, s *scope) error {
 		if err := controllerutil.SetControllerReference(s.run, preq, r.Scheme); err != nil {
 			return err
 		}
-		if err := r.Create(ctx, preq); err != nil && !apierrors.IsAlreadyExists(err) {
+		err = r.Create(ctx, preq)
+		if apierrors.IsAlreadyExists(err) {
+			// Created before a crash, possibly answered since: read it as it is now.
+			err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(preq), preq)
+		}
+		if err != nil {
 			return fmt.Errorf("creating PendingRequest %s: %w", preq.Name, err)
 		}
-		if s.requests[preq.Name] == nil {
-			s.requests[preq.Name] = preq
-		}
+		s.requests[preq.Name] = preq
 		if s.rec.Announced == nil {
 			s.rec.Announced = map[string]string{}
 		}
