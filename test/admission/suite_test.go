@@ -1,0 +1,155 @@
+// Package admission_test checks the admission policies of config/policies (who may answer a
+// PendingRequest, what an answer must carry, who answered and when) against a real API server, with
+// the RBAC of config/rbac, acting as distinct authenticated users.
+package admission_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/testenv"
+)
+
+// The manager's identity once config/rbac is built: namespace and namePrefix of its
+// kustomization.yaml.
+const (
+	managerNamespace = "toolnexus-system"
+	managerUser      = "system:serviceaccount:" + managerNamespace + ":toolnexus-controller-manager"
+	approverGroup    = "purchasing-approvers"
+)
+
+var (
+	env    *envtest.Environment
+	cfg    *rest.Config
+	scheme *runtime.Scheme
+	ctx    context.Context
+
+	// admin is system:masters; it creates the PendingRequests, as the controller would.
+	admin client.Client
+	// alice and bob may answer by RBAC (the toolnexus-answerer ClusterRole); carol through her
+	// group; dave has no RBAC at all; erin gets toolnexus-agentrun-editor where a test binds it;
+	// manager is the operator's ServiceAccount.
+	alice, bob, carol, dave, erin, manager client.Client
+)
+
+func TestAdmissionPolicies(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Admission policies (envtest)")
+}
+
+var _ = BeforeSuite(func() {
+	ctx = context.Background()
+	var err error
+	env, err = testenv.New()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err = env.Start()
+	Expect(err).NotTo(HaveOccurred())
+
+	scheme = runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(toolnexusv1alpha1.AddToScheme(scheme)).To(Succeed())
+	admin = clientAs(envtest.User{Name: "admin", Groups: []string{"system:masters"}})
+
+	// What `make install` applies, built the way it builds it (kubectl's embedded kustomize).
+	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}})).To(Succeed())
+	for _, dir := range []string{"rbac", "policies"} {
+		for _, obj := range kustomize(filepath.Join(testenv.RepoRoot(), "config", dir)) {
+			Expect(admin.Create(ctx, obj)).To(Succeed(), "creating %s %s from config/%s", obj.GetKind(), obj.GetName(), dir)
+		}
+	}
+
+	// The people: answering is granted by the answerer ClusterRole, as an administrator would.
+	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-answerers"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolnexus-answerer"},
+		Subjects: []rbacv1.Subject{
+			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"},
+			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "bob"},
+			{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: approverGroup},
+		},
+	})).To(Succeed())
+	alice = clientAs(envtest.User{Name: "alice"})
+	bob = clientAs(envtest.User{Name: "bob"})
+	carol = clientAs(envtest.User{Name: "carol", Groups: []string{approverGroup}})
+	dave = clientAs(envtest.User{Name: "dave"})
+	erin = clientAs(envtest.User{Name: "erin"})
+	manager = clientAs(envtest.User{Name: managerUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + managerNamespace}})
+
+	// A policy is enforced a moment after it is created: wait until both are.
+	ns := newNamespace()
+	By("waiting for the ValidatingAdmissionPolicy to refuse bob")
+	Eventually(func() error {
+		preq := newRequest(ns, "approval", nil, &toolnexusv1alpha1.Approvers{Users: []string{"alice"}})
+		return answer(bob, preq, `{"ok":true}`)
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(MatchError(ContainSubstring("user bob may not answer this request")))
+	By("waiting for the MutatingAdmissionPolicy to stamp answeredBy")
+	Eventually(func() (string, error) {
+		preq := newRequest(ns, "approval", nil, nil)
+		err := patchStatus(alice, preq, `{"status":{"answer":{"ok":true},"answeredBy":"alice-forged"}}`)
+		return preq.Status.AnsweredBy, err
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("alice"))
+})
+
+var _ = AfterSuite(func() {
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+})
+
+// clientAs provisions an authenticated user (a client certificate) and returns a client for it.
+func clientAs(user envtest.User) client.Client {
+	authenticated, err := env.AddUser(user, cfg)
+	Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(authenticated.Config(), client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// kustomize builds dir with the kubectl of the control plane and returns its objects.
+func kustomize(dir string) []*unstructured.Unstructured {
+	assets, err := testenv.Assets()
+	Expect(err).NotTo(HaveOccurred())
+	cmd := exec.Command(filepath.Join(assets, "kubectl"), "kustomize", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	Expect(err).NotTo(HaveOccurred(), "kubectl kustomize %s: %s", dir, stderr.String())
+
+	var objs []*unstructured.Unstructured
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		err := decoder.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		Expect(err).NotTo(HaveOccurred())
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+	Expect(objs).NotTo(BeEmpty(), fmt.Sprintf("kubectl kustomize %s built nothing", dir))
+	return objs
+}
