@@ -74,6 +74,9 @@ type AgentRunReconciler struct {
 	Metrics    *Metrics
 	// MaxConcurrentReconciles is the number of runs stepped at once.
 	MaxConcurrentReconciles int
+	// MaxTranscriptBytes bounds a run's stored transcript, compressed; 0 means
+	// DefaultMaxTranscriptBytes. A run that outgrows it fails with TranscriptTooLarge.
+	MaxTranscriptBytes int
 }
 
 var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
@@ -256,7 +259,7 @@ func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
 	err := r.saveRecord(ctx, s.run, s.rec)
 	if errors.Is(err, errRecordTooLarge) {
 		s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonTranscriptTooLarge,
-			Message: "The run stopped: " + err.Error() + "; reduce tool output or maxTurns"}
+			Message: fmt.Sprintf("The run stopped: %v (%d MiB compressed); reduce tool output or maxTurns", err, r.maxTranscriptBytes()>>20)}
 		return nil
 	}
 	if err == nil && first {

@@ -2,7 +2,7 @@ package controller_test
 
 import (
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"fmt"
 	mathrand "math/rand/v2"
 	"strings"
@@ -50,15 +50,15 @@ var _ = Describe("AgentRun size limits", func() {
 		Expect(len(st.ToolCalls)).To(BeNumerically("<=", 20), "status keeps bounded summaries")
 	})
 
-	It("fails with TranscriptTooLarge, not a crash loop, beyond what it can store", func() {
+	It("fails with TranscriptTooLarge, not a crash loop, beyond what it can store (4 MiB in this suite)", func() {
 		ns := newNamespace()
 		ts := newToolServer(func(toolCall) (int, string) {
-			raw := make([]byte, 400*1024)
+			raw := make([]byte, 768*1024)
 			_, _ = rand.Read(raw)
-			return 200, hex.EncodeToString(raw) // incompressible beyond hex's 2x
+			return 200, base64.StdEncoding.EncodeToString(raw) // 1 MiB that compresses to 0.75 MiB at best
 		})
 		var replies []looptest.Reply
-		for i := 1; i <= 5; i++ {
+		for i := 1; i <= 6; i++ {
 			replies = append(replies, looptest.OpenAIToolCalls(looptest.ToolCall{ID: fmt.Sprintf("call_%d", i), Name: "dump", Arguments: "{}"}))
 		}
 		model := looptest.New(GinkgoT(), replies...)

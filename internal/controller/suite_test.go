@@ -88,6 +88,7 @@ func startManager() {
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
 		Metrics:                 controller.NewMetrics(registry, mgr.GetClient()),
 		MaxConcurrentReconciles: 4,
+		MaxTranscriptBytes:      4 << 20,
 	}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	stopManager, managerDone = cancel, make(chan struct{})
