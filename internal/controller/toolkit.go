@@ -192,8 +192,12 @@ func gateHooks(approvals []toolnexusv1alpha1.ApprovalGate) (loop.Hooks, error) {
 			return nil, err
 		}
 		req, err := gates.Check(ev.Name, ev.Args, ev.ID, string(raw))
-		if err != nil || req == nil {
+		if req == nil {
 			return nil, err
+		}
+		if err != nil {
+			// A `when` that cannot be evaluated requires approval; the approver sees why.
+			req.Data["whenError"] = err.Error()
 		}
 		res := tools.Pending(*req)
 		return &loop.ToolOverride{Result: &res}, nil

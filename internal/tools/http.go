@@ -109,7 +109,7 @@ func (h *httpTool) execute(ctx context.Context, args map[string]any, tc *ToolCon
 	resp, err := h.spec.Client.Do(req)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return h.failure(fmt.Sprintf("no response from %s within %s", req.URL.Redacted(), h.spec.Timeout)), nil
+			return h.failure(hdrs.redact(fmt.Sprintf("no response from %s within %s", req.URL.Redacted(), h.spec.Timeout))), nil
 		}
 		return h.failure(hdrs.redact(err.Error())), nil
 	}

@@ -148,9 +148,8 @@ func (s *MCPServer) open(ctx context.Context, elicit func(context.Context, *mcp.
 	return session, hdrs, nil
 }
 
-// closeSession ends the session; the SDK bounds the DELETE it sends to a few seconds, so a
-// server that stopped answering cannot hold the caller. Its error is of no use: the call's
-// outcome is already known.
+// closeSession ends the session in the background, so the caller has its result at once. The
+// SDK bounds the DELETE it sends to a few seconds, so the goroutine always ends.
 func closeSession(session *mcp.ClientSession) {
-	_ = session.Close()
+	go func() { _ = session.Close() }()
 }

@@ -20,12 +20,7 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 	fail := func(msg string) ToolResult {
 		return ToolResult{Output: fmt.Sprintf("MCP server %s: tool %s: %s", s.spec.Name, name, msg), IsError: true}
 	}
-	callCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
-	defer cancel()
-	// The bridge cancels callCtx to abandon the call when an elicitation needs a person.
-	callCtx, abandon := context.WithCancel(callCtx)
-	defer abandon()
-	bridge := &elicitBridge{callID: tc.CallID, answer: tc.Answer, abandon: abandon}
+	bridge := &elicitBridge{callID: tc.CallID, answer: tc.Answer}
 
 	session, hdrs, err := s.open(ctx, bridge.handle)
 	if err != nil {
@@ -35,7 +30,11 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 	if args == nil {
 		args = map[string]any{}
 	}
+	callCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
+	defer cancel()
 	res, err := session.CallTool(callCtx, &mcp.CallToolParams{Name: name, Arguments: args})
+	// A call that elicited without an answer ends as that suspension, whatever the server
+	// made of the "cancel" it was given.
 	if req := bridge.suspension(); req != nil {
 		return Pending(*req)
 	}
@@ -45,7 +44,7 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 			// loop re-executes the call, which is the retry the error asks for.
 			return Pending(req)
 		}
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+		if errors.Is(callCtx.Err(), context.DeadlineExceeded) {
 			return fail(fmt.Sprintf("no result within %s", s.spec.Timeout))
 		}
 		return fail(hdrs.redact(err.Error()))

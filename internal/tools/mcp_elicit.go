@@ -5,14 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// errSuspended is what the server hears when the bridge parks its elicitation on a person.
-var errSuspended = errors.New("toolnexus: the elicitation awaits a person; the call is abandoned and will be re-executed")
 
 // elicitBridge turns the elicitations of one tool call into suspensions (SPEC 4.2).
 //
@@ -20,19 +16,20 @@ var errSuspended = errors.New("toolnexus: the elicitation awaits a person; the c
 // may come hours later to another manager process. So the bridge does not hold the call open:
 //
 //   - First execution: the elicitation arrives with no answer. The bridge records it as the
-//     call's Request, cancels the call's context and fails the elicitation. Cancelling makes
-//     CallTool return at once and the SDK tell the server (notifications/cancelled); closing the
-//     session afterwards ends whatever the server still runs for it. In the stateless protocol
-//     (2026-07-28) the elicitation comes back in an input-required result instead, with the call
-//     already over on the server, and failing the handler simply ends the client's retry loop.
+//     call's Request and answers the server "cancel" (the user dismissed it), so the server
+//     unwinds its handler through the protocol's own path and the call ends normally. Its result
+//     is discarded and the call returns the suspension. Cancelling the call's context instead
+//     would race the SDK's asynchronous notifications/cancelled against closing the session and
+//     could leave the server's handler waiting on an elicitation nobody answers.
+//     The same holds in both protocol generations: in the stateless one (2026-07-28) the
+//     elicitation arrives in an input-required result and the "cancel" goes back with the retry.
 //   - Re-execution with tc.Answer: the call runs again from the start. When the server elicits
 //     again and the elicitation's id (derived from the call id, mode, message and schema, see
 //     elicitationID) equals the answer's id, the bridge replays the answer once; the call then
 //     returns whatever the tool returns. Any other elicitation suspends the call again.
 type elicitBridge struct {
-	callID  string
-	answer  *Answer
-	abandon context.CancelFunc
+	callID string
+	answer *Answer
 
 	mu       sync.Mutex
 	replayed bool
@@ -50,8 +47,7 @@ func (b *elicitBridge) handle(_ context.Context, req *mcp.ElicitRequest) (*mcp.E
 	if b.pending == nil {
 		b.pending = &r
 	}
-	b.abandon()
-	return nil, errSuspended
+	return &mcp.ElicitResult{Action: "cancel"}, nil
 }
 
 // suspension is the Request the call was abandoned for, or nil.

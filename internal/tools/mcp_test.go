@@ -57,7 +57,9 @@ func startFakeMCP(t *testing.T, versions []string) *fakeMCP {
 				return h(ctx, req)
 			})
 	}
-	text := func(s string) *mcp.CallToolResult { return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}} }
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
 	add("echo", func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args struct{ Text string }
 		_ = json.Unmarshal(req.Params.Arguments, &args)
@@ -105,9 +107,15 @@ func startFakeMCP(t *testing.T, versions []string) *fakeMCP {
 		}
 		return text("logged in"), nil
 	})
+	// The SDK server may never hear of a call the client gave up on (its cancellation notice
+	// races the session's end), so the slow tool also ends with the test.
+	stop := make(chan struct{})
 	add("slow", func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		<-ctx.Done()
-		return nil, ctx.Err()
+		select {
+		case <-ctx.Done():
+		case <-stop:
+		}
+		return text("too late"), nil
 	})
 	var srv *httptest.Server
 	add("die", func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -117,6 +125,7 @@ func startFakeMCP(t *testing.T, versions []string) *fakeMCP {
 	})
 	srv = httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // runs first: cleanups are last in, first out
 	f.url = srv.URL
 	return f
 }
