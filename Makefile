@@ -57,7 +57,7 @@ envtest: ## Build kube-apiserver, etcd and kubectl from Go modules (once) and pr
 
 .PHONY: test
 test: manifests generate ## Run every test: unit, envtest integration and e2e.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go test $(GO_TEST_FLAGS) ./...
 
 ##@ Build
 
@@ -70,11 +70,16 @@ build: manifests generate ## Build the manager binary into bin/.
 KUBECTL ?= $(ENVTEST_ASSETS)/kubectl
 
 .PHONY: install
-install: manifests ## Install the CRDs into the cluster of the current KUBECONFIG.
+install: manifests ## Install the CRDs, admission policies and RBAC into the cluster of the current KUBECONFIG.
 	$(KUBECTL) apply --server-side -f config/crd/bases
+	$(KUBECTL) create namespace toolnexus-system --dry-run=client -o yaml | $(KUBECTL) apply --server-side -f -
+	$(KUBECTL) apply --server-side -k config/rbac
+	$(KUBECTL) apply --server-side -k config/policies
 
 .PHONY: uninstall
-uninstall: manifests ## Remove the CRDs (and every AgentRun and PendingRequest) from the cluster.
+uninstall: manifests ## Remove what install installed (and with the CRDs every AgentRun and PendingRequest).
+	$(KUBECTL) delete --ignore-not-found -k config/policies
+	$(KUBECTL) delete --ignore-not-found -k config/rbac
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
 
 ##@ Tools
