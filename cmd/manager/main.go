@@ -25,14 +25,17 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr, watchNamespaces string
-		secureMetrics, leaderElect              bool
-		maxConcurrent                           int
+		metricsAddr, probeAddr, pprofAddr string
+		watchNamespaces, leaderElectionNS string
+		secureMetrics, leaderElect        bool
+		maxConcurrent                     int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized by the API server.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the liveness and readiness probes.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so that only one manager replica takes steps.")
+	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election lease; defaults to the manager's own namespace in a cluster.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of a pprof endpoint for profiling; empty disables it.")
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 8, "How many runs are stepped at once.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
 	opts := zap.Options{}
@@ -63,7 +66,8 @@ func main() {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme: scheme, Metrics: metricsOpts, HealthProbeBindAddress: probeAddr, Cache: cacheOpts,
 		LeaderElection: leaderElect, LeaderElectionID: "toolnexus-operator.toolnexus.dev",
-		LeaderElectionReleaseOnCancel: true,
+		LeaderElectionNamespace: leaderElectionNS, LeaderElectionReleaseOnCancel: true,
+		PprofBindAddress: pprofAddr,
 	})
 	if err != nil {
 		log.Error(err, "Unable to create the manager")
