@@ -10,6 +10,15 @@ const (
 	// ConditionSuspended is True while at least one PendingRequest of the run is open.
 	ConditionSuspended = "Suspended"
 
+	// ConditionReconciling is True while the run is active and absent once it ended: with
+	// ConditionStalled it lets kstatus (Argo CD, Flux, `kubectl wait`) read a run as InProgress,
+	// Current or Failed.
+	ConditionReconciling = "Reconciling"
+
+	// ConditionStalled is True when the run ended without success (failed, incomplete,
+	// cancelled), and absent otherwise.
+	ConditionStalled = "Stalled"
+
 	// ConditionToolsReady is False when a tool source (an MCP server) could not be reached; its
 	// tools are left out and the run goes on without them.
 	ConditionToolsReady = "ToolsReady"

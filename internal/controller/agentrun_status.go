@@ -104,6 +104,19 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 	if succeeded.Status != metav1.ConditionUnknown && s.CompletionTime == nil {
 		s.CompletionTime = &metav1.Time{Time: now}
 	}
+	// kstatus reads abnormal-true conditions: Reconciling while active, Stalled after a failure.
+	abnormal := map[metav1.ConditionStatus]string{
+		metav1.ConditionUnknown: toolnexusv1alpha1.ConditionReconciling,
+		metav1.ConditionFalse:   toolnexusv1alpha1.ConditionStalled,
+	}
+	for status, t := range abnormal {
+		if succeeded.Status != status {
+			meta.RemoveStatusCondition(&s.Conditions, t)
+			continue
+		}
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionTrue,
+			ObservedGeneration: gen, Reason: succeeded.Reason, Message: succeeded.Message})
+	}
 
 	suspended := metav1.Condition{Type: toolnexusv1alpha1.ConditionSuspended, ObservedGeneration: gen,
 		Status: metav1.ConditionFalse, Reason: toolnexusv1alpha1.ReasonNoOpenRequests, Message: "No PendingRequest of the run is open"}

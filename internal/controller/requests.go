@@ -29,7 +29,7 @@ const maxNameLen = 253
 func requestName(run string, turn int, callID string) string {
 	clean := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(callID), "-"), "-")
 	name := fmt.Sprintf("%s-%d-%s", run, turn, clean)
-	if clean == strings.ReplaceAll(callID, "_", "-") && len(name) <= maxNameLen {
+	if clean != "" && clean == strings.ReplaceAll(callID, "_", "-") && len(name) <= maxNameLen {
 		return name
 	}
 	sum := sha256.Sum256([]byte(callID))

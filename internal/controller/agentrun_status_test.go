@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop"
+)
+
+func TestSetStatus(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	open := []toolnexusv1alpha1.PendingSummary{{Name: "r-1-call-1", Kind: "approval", Prompt: "approve?"}}
+	type want struct {
+		phase      toolnexusv1alpha1.RunPhase
+		result     string
+		text       string
+		conditions map[string]string // type → status/reason
+	}
+	cases := map[string]struct {
+		rec      runRecord
+		open     []toolnexusv1alpha1.PendingSummary
+		progress progress
+		want     want
+	}{
+		"not started": {
+			rec: runRecord{State: loop.NewState("hi")},
+			want: want{phase: toolnexusv1alpha1.RunPhasePending, conditions: map[string]string{
+				"Succeeded": "Unknown/Pending", "Suspended": "False/NoOpenRequests", "Reconciling": "True/Pending"}},
+		},
+		"running": {
+			rec: runRecord{State: &loop.State{Turn: 1}, resourceVersion: "1"},
+			want: want{phase: toolnexusv1alpha1.RunPhaseRunning, conditions: map[string]string{
+				"Succeeded": "Unknown/Running", "Suspended": "False/NoOpenRequests", "Reconciling": "True/Running"}},
+		},
+		"suspended": {
+			rec: runRecord{State: &loop.State{Turn: 1}, resourceVersion: "1"}, open: open,
+			want: want{phase: toolnexusv1alpha1.RunPhaseSuspended, result: "pending", text: "approve?", conditions: map[string]string{
+				"Succeeded": "Unknown/WaitingForAnswer", "Suspended": "True/OpenRequests", "Reconciling": "True/WaitingForAnswer"}},
+		},
+		"waiting for a secret": {
+			rec:      runRecord{State: loop.NewState("hi")},
+			progress: progress{reason: toolnexusv1alpha1.ReasonSecretNotFound, message: "no secret"},
+			want: want{phase: toolnexusv1alpha1.RunPhasePending, conditions: map[string]string{
+				"Succeeded": "Unknown/SecretNotFound", "Suspended": "False/NoOpenRequests", "Reconciling": "True/SecretNotFound"}},
+		},
+		"done": {
+			rec: runRecord{State: &loop.State{Turn: 2, Status: loop.StatusDone, Text: "bye"}, resourceVersion: "1"},
+			want: want{phase: toolnexusv1alpha1.RunPhaseSucceeded, result: "done", text: "bye", conditions: map[string]string{
+				"Succeeded": "True/Completed", "Suspended": "False/NoOpenRequests"}},
+		},
+		"incomplete": {
+			rec: runRecord{State: &loop.State{Turn: 10, Status: loop.StatusIncomplete, Limit: loop.LimitMaxTurns}, resourceVersion: "1"},
+			want: want{phase: toolnexusv1alpha1.RunPhaseIncomplete, result: "incomplete", conditions: map[string]string{
+				"Succeeded": "False/MaxTurns", "Suspended": "False/NoOpenRequests", "Stalled": "True/MaxTurns"}},
+		},
+		"failed, open requests dropped": {
+			rec: runRecord{State: &loop.State{Turn: 1}, resourceVersion: "1",
+				Outcome: &outcome{Reason: toolnexusv1alpha1.ReasonModelError, Message: "HTTP 400"}},
+			want: want{phase: toolnexusv1alpha1.RunPhaseFailed, conditions: map[string]string{
+				"Succeeded": "False/ModelError", "Suspended": "False/NoOpenRequests", "Stalled": "True/ModelError"}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			run := &toolnexusv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "r", Generation: 1}}
+			open := tc.open
+			if tc.rec.Outcome != nil || tc.rec.State.Status != "" {
+				open = nil
+			}
+			setStatus(run, &tc.rec, open, tc.progress, now)
+			got := want{phase: run.Status.Phase, result: run.Status.Result, text: run.Status.Text, conditions: map[string]string{}}
+			for _, c := range run.Status.Conditions {
+				got.conditions[c.Type] = string(c.Status) + "/" + c.Reason
+				if c.ObservedGeneration != 1 {
+					t.Errorf("condition %s has observedGeneration %d, want 1", c.Type, c.ObservedGeneration)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			finishedAt := run.Status.CompletionTime != nil
+			if finishedAt != finished(run) {
+				t.Errorf("completionTime set = %t, finished = %t", finishedAt, finished(run))
+			}
+		})
+	}
+}
+
+// A reconcile that changes nothing must not rewrite conditions (no empty patches).
+func TestSetStatusIsStable(t *testing.T) {
+	run := &toolnexusv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "r", Generation: 1}}
+	rec := &runRecord{State: &loop.State{Turn: 1}, resourceVersion: "1"}
+	setStatus(run, rec, nil, progress{}, time.Unix(100, 0))
+	first := run.Status.DeepCopy()
+	setStatus(run, rec, nil, progress{}, time.Unix(200, 0))
+	if diff := cmp.Diff(first, &run.Status); diff != "" {
+		t.Errorf("second setStatus changed status (-first +second):\n%s", diff)
+	}
+}
+
+func TestRequestName(t *testing.T) {
+	cases := map[string]struct {
+		run, callID string
+		turn        int
+		want        string
+	}{
+		"openai ids read as in the spec": {run: "buy-gpu", turn: 1, callID: "call_1", want: "buy-gpu-1-call-1"},
+		"upper case gets a hash suffix":  {run: "r", turn: 2, callID: "toolu_01ABC", want: "r-2-toolu-01abc-"},
+		"empty id is still a valid name": {run: "r", turn: 3, callID: "", want: "r-3-"},
+		"two ids that clean alike differ": {run: "r", turn: 1, callID: "a.b", want: "r-1-a-b-"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := requestName(tc.run, tc.turn, tc.callID)
+			if len(tc.want) > 0 && got[:min(len(got), len(tc.want))] != tc.want {
+				t.Errorf("requestName = %q, want prefix %q", got, tc.want)
+			}
+			if len(got) > maxNameLen || got[len(got)-1] == '-' {
+				t.Errorf("requestName = %q is not a valid object name", got)
+			}
+		})
+	}
+	long := requestName(strings.Repeat("a", 250), 1, "call_1")
+	if len(long) > maxNameLen {
+		t.Errorf("long name has %d characters", len(long))
+	}
+}
