@@ -480,7 +480,3 @@ type AgentRunList struct {
 	metav1.ListMeta `json:"metadata,omitzero"`
 	Items           []AgentRun `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&AgentRun{}, &AgentRunList{})
-}

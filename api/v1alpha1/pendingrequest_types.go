@@ -142,7 +142,7 @@ type PendingRequestStatus struct {
 // +kubebuilder:printcolumn:name="Prompt",type=string,JSONPath=`.spec.request.prompt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.answer) || (has(self.status) && has(self.status.answer) && self.status.answer == oldSelf.status.answer)",message="status.answer cannot be changed or removed once set"
-// +kubebuilder:validation:XValidation:rule="!has(self.status) || !has(self.status.answer) || !has(self.status.answer.id) || self.status.answer.id == '' || self.status.answer.id == self.spec.request.id",message="status.answer.id must equal spec.request.id (or be left out)"
+// +kubebuilder:validation:XValidation:rule="!has(self.status) || !has(self.status.answer) || !has(self.status.answer.id) || size(self.status.answer.id) == 0 || self.status.answer.id == self.spec.request.id",message="status.answer.id must equal spec.request.id (or be left out)"
 type PendingRequest struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
@@ -162,8 +162,4 @@ type PendingRequestList struct {
 	// +optional
 	metav1.ListMeta `json:"metadata,omitzero"`
 	Items           []PendingRequest `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&PendingRequest{}, &PendingRequestList{})
 }

@@ -308,12 +308,12 @@ func (r *AgentRunReconciler) emitFinished(s *scope) {
 		return
 	}
 	c := conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
-	switch {
-	case c.Reason == toolnexusv1alpha1.ReasonCompleted:
+	switch c.Reason {
+	case toolnexusv1alpha1.ReasonCompleted:
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunSucceeded, actionStep, "Run succeeded after %d turns", s.run.Status.Turns)
-	case c.Reason == toolnexusv1alpha1.ReasonMaxTurns:
+	case toolnexusv1alpha1.ReasonMaxTurns:
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunIncomplete, actionStep, "%s", c.Message)
-	case c.Reason == toolnexusv1alpha1.ReasonCancelled:
+	case toolnexusv1alpha1.ReasonCancelled:
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunCancelled, actionStep, "%s", c.Message)
 	default:
 		r.Metrics.runErrors.WithLabelValues(c.Reason).Inc()

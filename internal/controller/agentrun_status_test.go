@@ -109,9 +109,9 @@ func TestRequestName(t *testing.T) {
 		turn        int
 		want        string
 	}{
-		"openai ids read as in the spec": {run: "buy-gpu", turn: 1, callID: "call_1", want: "buy-gpu-1-call-1"},
-		"upper case gets a hash suffix":  {run: "r", turn: 2, callID: "toolu_01ABC", want: "r-2-toolu-01abc-"},
-		"empty id is still a valid name": {run: "r", turn: 3, callID: "", want: "r-3-"},
+		"openai ids read as in the spec":  {run: "buy-gpu", turn: 1, callID: "call_1", want: "buy-gpu-1-call-1"},
+		"upper case gets a hash suffix":   {run: "r", turn: 2, callID: "toolu_01ABC", want: "r-2-toolu-01abc-"},
+		"empty id is still a valid name":  {run: "r", turn: 3, callID: "", want: "r-3-"},
 		"two ids that clean alike differ": {run: "r", turn: 1, callID: "a.b", want: "r-1-a-b-"},
 	}
 	for name, tc := range cases {

@@ -2,10 +2,10 @@ package controller
 
 import (
 	"bytes"
-	"errors"
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"

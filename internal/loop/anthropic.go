@@ -38,7 +38,7 @@ func newAnthropicModel(opts Options, doer wireDoer) *anthropicModel {
 
 func (m *anthropicModel) complete(ctx context.Context, req modelRequest) (modelResponse, error) {
 	params := anthropic.MessageNewParams{
-		Model:     anthropic.Model(req.Model),
+		Model:     req.Model,
 		MaxTokens: anthropicMaxTokens,
 		Messages:  anthropicMessages(req.Messages),
 	}
