@@ -56,14 +56,41 @@ envtest: ## Build kube-apiserver, etcd and kubectl from Go modules (once) and pr
 	@hack/controlplane.sh
 
 .PHONY: test
-test: manifests generate ## Run every test: unit, envtest integration and e2e.
+test: manifests generate kustomize ## Run every test: unit, envtest integration and e2e.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) test-e2e
+
+.PHONY: test-e2e
+test-e2e: manifests generate ## Run the e2e tests: built binaries, local control plane, real kubectl.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) -tags e2e ./test/e2e/
+
+##@ Local
+
+.PHONY: dev
+dev: manifests generate ## Run the operator locally for real (kube-apiserver+etcd, CRDs, policies, RBAC, model, sample tools, manager); Ctrl-C stops it.
+	hack/dev.sh
+
+.PHONY: demo
+demo: manifests generate ## One command: bring up the local stack, suspend a run, answer it with kubectl, see it finish, tear down.
+	hack/demo.sh
 
 ##@ Build
 
 .PHONY: build
 build: manifests generate ## Build the manager binary into bin/.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
+
+.PHONY: build-plugin
+build-plugin: ## Build the kubectl plugin into bin/kubectl-toolnexus (put it on PATH: kubectl toolnexus).
+	go build -o $(LOCALBIN)/kubectl-toolnexus ./cmd/kubectl-toolnexus
+
+.PHONY: docker-build
+docker-build: ## Build the manager image IMG (needs a Docker engine).
+	docker build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the manager image IMG.
+	docker push $(IMG)
 
 ##@ Deployment
 
@@ -82,6 +109,41 @@ uninstall: manifests ## Remove what install installed (and with the CRDs every A
 	$(KUBECTL) delete --ignore-not-found -k config/rbac
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
 
+##@ Deployment (kustomize)
+
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+# v5.8.2 (kustomize/api v0.21.2) is the newest kustomize that builds with Go 1.26; v5.8.3 needs Go 1.27.
+KUSTOMIZE_VERSION ?= v5.8.2
+# The manager image that deploy, deploy-namespaced and build-installer put into the Deployment.
+IMG ?= controller:latest
+# The namespace deploy-namespaced confines the manager to; it must exist.
+WATCH_NAMESPACE ?= agents
+
+.PHONY: build-installer
+build-installer: manifests kustomize ## Write dist/install.yaml: everything config/default deploys, with the image IMG.
+	mkdir -p dist
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default > dist/install.yaml
+
+.PHONY: deploy
+deploy: manifests kustomize ## Deploy the operator (image IMG) to the cluster of the current KUBECONFIG.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: kustomize ## Remove what deploy deployed, CRDs included (and with them every AgentRun and PendingRequest).
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: deploy-namespaced
+deploy-namespaced: manifests kustomize ## Deploy the operator (image IMG) confined to the existing namespace WATCH_NAMESPACE.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd config/namespaced/watched && $(KUSTOMIZE) edit set namespace $(WATCH_NAMESPACE)
+	$(KUSTOMIZE) build config/namespaced | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy-namespaced
+undeploy-namespaced: kustomize ## Remove what deploy-namespaced deployed (the watched namespace stays).
+	$(KUSTOMIZE) build config/namespaced | $(KUBECTL) delete --ignore-not-found -f -
+
 ##@ Tools
 
 $(LOCALBIN):
@@ -91,6 +153,11 @@ $(LOCALBIN):
 controller-gen: $(CONTROLLER_GEN)
 $(CONTROLLER_GEN): | $(LOCALBIN)
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE)
+$(KUSTOMIZE): | $(LOCALBIN)
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT)

@@ -172,7 +172,7 @@ var (
 
 // wholePromptNames are string properties that get the whole prompt rather than one word.
 var wholePromptNames = map[string]bool{
-	"question": true, "prompt": true, "message": true, "text": true, "query": true, "topic": true, "reason": true,
+	"question": true, "prompt": true, "message": true, "text": true, "query": true, "reason": true,
 }
 
 // synthesise builds a value for schema from the prompt; name is the property being filled.

@@ -1,0 +1,26 @@
+// Command kubectl-toolnexus is the kubectl plugin for the Toolnexus Operator: it lists the
+// PendingRequests that wait for a person, shows them, answers them, and follows AgentRuns.
+//
+// Installed on PATH as kubectl-toolnexus, it runs as `kubectl toolnexus ...`. It talks to the API
+// server with the user's own kubeconfig and identity, and answers by patching the
+// PendingRequest's status subresource exactly as `kubectl patch --subresource=status
+// --type=merge` does, so the API server's approver rules apply to it like to any client.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		stop()
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+)
+
+// isOpen reports whether a request still waits for an answer.
+func isOpen(pr *toolnexusv1alpha1.PendingRequest) bool {
+	return pr.Status.Answer == nil && pr.Status.Phase != toolnexusv1alpha1.RequestPhaseCancelled
+}
+
+func newPendingCommand(o *options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "pending",
+		Short: "List the PendingRequests that wait for an answer",
+		Long: `List the open PendingRequests: those without status.answer that were not cancelled.
+Answered, expired and cancelled requests are left out; kubectl get preq lists them all.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.runPending(cmd.Context())
+		},
+	}
+	o.addListFlags(cmd)
+	return cmd
+}
+
+func (o *options) runPending(ctx context.Context) error {
+	list := &toolnexusv1alpha1.PendingRequestList{}
+	if err := o.client.List(ctx, list, client.InNamespace(o.listNamespace())); err != nil {
+		return err
+	}
+	var open []*toolnexusv1alpha1.PendingRequest
+	for i := range list.Items {
+		if isOpen(&list.Items[i]) {
+			open = append(open, &list.Items[i])
+		}
+	}
+	sort.SliceStable(open, func(i, j int) bool {
+		if open[i].Namespace != open[j].Namespace {
+			return open[i].Namespace < open[j].Namespace
+		}
+		return open[i].CreationTimestamp.Before(&open[j].CreationTimestamp)
+	})
+	if o.output != "" {
+		objs := make([]client.Object, len(open))
+		for i, pr := range open {
+			objs[i] = pr
+		}
+		return o.printList(objs)
+	}
+	if len(open) == 0 {
+		if o.allNamespaces {
+			fmt.Fprintln(o.errOut, "No open PendingRequests found.")
+		} else {
+			fmt.Fprintf(o.errOut, "No open PendingRequests found in %s namespace.\n", o.namespace)
+		}
+		return nil
+	}
+	header := []string{"NAME", "RUN", "KIND", "PROMPT", "URL", "AGE"}
+	if o.allNamespaces {
+		header = append([]string{"NAMESPACE"}, header...)
+	}
+	t := newTable(o.out, header...)
+	now := time.Now()
+	for _, pr := range open {
+		url := pr.Spec.Request.URL
+		if url == "" {
+			url = "<none>"
+		}
+		row := []string{pr.Name, pr.Spec.RunRef.Name, pr.Spec.Request.Kind, oneLine(pr.Spec.Request.Prompt, 60), url, age(pr.CreationTimestamp, now)}
+		if o.allNamespaces {
+			row = append([]string{pr.Namespace}, row...)
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+func newShowCommand(o *options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a PendingRequest: what it asks, who may answer, the tool call, and the answer",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.runShow(cmd.Context(), args[0])
+		},
+	}
+	o.addOutputFlag(cmd)
+	return cmd
+}
+
+func (o *options) runShow(ctx context.Context, name string) error {
+	pr := &toolnexusv1alpha1.PendingRequest{}
+	if err := o.client.Get(ctx, client.ObjectKey{Namespace: o.namespace, Name: name}, pr); err != nil {
+		return err
+	}
+	if o.output != "" {
+		return o.printObject(pr)
+	}
+	var b strings.Builder
+	field := func(label, value string) {
+		if value != "" {
+			fmt.Fprintf(&b, "%-12s %s\n", label+":", value)
+		}
+	}
+	req := pr.Spec.Request
+	field("Name", pr.Name)
+	field("Namespace", pr.Namespace)
+	field("Run", pr.Spec.RunRef.Name)
+	field("Phase", phaseOf(pr))
+	field("Age", age(pr.CreationTimestamp, time.Now()))
+	b.WriteString("\nRequest\n")
+	field("  ID", req.ID)
+	field("  Kind", req.Kind)
+	field("  Prompt", indentLines(req.Prompt, 13))
+	field("  URL", req.URL)
+	field("  Expires", req.ExpiresAt)
+	if req.Data != nil && len(req.Data.Raw) > 0 {
+		field("  Data", prettyJSON(string(req.Data.Raw), strings.Repeat(" ", 13)))
+	}
+	b.WriteString("\nApprovers\n")
+	if a := pr.Spec.Approvers; a != nil && len(a.Users)+len(a.Groups) > 0 {
+		field("  Users", strings.Join(a.Users, ", "))
+		field("  Groups", strings.Join(a.Groups, ", "))
+	} else {
+		b.WriteString("  anyone RBAC allows to patch pendingrequests/status\n")
+	}
+	b.WriteString("\nTool call\n")
+	field("  Name", pr.Spec.ToolCall.Name)
+	field("  ID", pr.Spec.ToolCall.ID)
+	field("  Arguments", prettyJSON(pr.Spec.ToolCall.Arguments, strings.Repeat(" ", 13)))
+	b.WriteString("\nAnswer\n")
+	if ans := pr.Status.Answer; ans != nil {
+		field("  OK", fmt.Sprint(ans.OK))
+		if ans.Data != nil && len(ans.Data.Raw) > 0 {
+			field("  Data", prettyJSON(string(ans.Data.Raw), strings.Repeat(" ", 13)))
+		}
+		field("  Reason", ans.Reason)
+		field("  By", pr.Status.AnsweredBy)
+		if pr.Status.AnsweredAt != nil {
+			field("  At", pr.Status.AnsweredAt.UTC().Format(time.RFC3339))
+		}
+	} else {
+		b.WriteString("  none yet: kubectl toolnexus approve|decline|answer " + pr.Name + "\n")
+	}
+	_, err := fmt.Fprint(o.out, b.String())
+	return err
+}
+
+func phaseOf(pr *toolnexusv1alpha1.PendingRequest) string {
+	if pr.Status.Phase != "" {
+		return string(pr.Status.Phase)
+	}
+	if pr.Status.Answer != nil {
+		return string(toolnexusv1alpha1.RequestPhaseAnswered)
+	}
+	return string(toolnexusv1alpha1.RequestPhaseWaiting)
+}
+
+// indentLines indents every line of s after the first by n spaces, to continue a field.
+func indentLines(s string, n int) string {
+	return strings.ReplaceAll(s, "\n", "\n"+strings.Repeat(" ", n))
+}

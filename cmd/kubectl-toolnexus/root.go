@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+)
+
+// options are the flags every subcommand shares, and the clients built from them.
+type options struct {
+	config        *genericclioptions.ConfigFlags
+	allNamespaces bool
+	output        string
+	out, errOut   io.Writer
+
+	// Set by complete.
+	client    client.WithWatch
+	namespace string
+}
+
+func newRootCommand(out, errOut io.Writer) *cobra.Command {
+	o := &options{config: genericclioptions.NewConfigFlags(true), out: out, errOut: errOut}
+	root := &cobra.Command{
+		Use:   "kubectl-toolnexus",
+		Short: "Answer the PendingRequests of Toolnexus AgentRuns and follow the runs",
+		Long: `kubectl toolnexus lists the PendingRequests that wait for a person, shows them, answers them,
+and follows AgentRuns. It uses your kubeconfig and identity: an answer is a merge patch of the
+PendingRequest's status subresource, so the API server decides whether you may give it.`,
+		Example: `  kubectl toolnexus pending -A
+  kubectl toolnexus show buy-gpu-1-call-1
+  kubectl toolnexus approve buy-gpu-1-call-1 --wait
+  kubectl toolnexus answer deploy-1-call-1 --output staging
+  kubectl toolnexus decline buy-gpu-1-call-1 --reason "over budget"
+  kubectl toolnexus transcript buy-gpu`,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl toolnexus"},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			return o.complete()
+		},
+	}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	o.config.AddFlags(root.PersistentFlags())
+	root.AddCommand(
+		newPendingCommand(o),
+		newShowCommand(o),
+		newApproveCommand(o),
+		newDeclineCommand(o),
+		newAnswerCommand(o),
+		newRunsCommand(o),
+		newTranscriptCommand(o),
+		newWaitCommand(o),
+	)
+	return root
+}
+
+// addListFlags adds -A and -o to a command that lists objects.
+func (o *options) addListFlags(cmd *cobra.Command) {
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "List across all namespaces.")
+	o.addOutputFlag(cmd)
+}
+
+func (o *options) addOutputFlag(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (default: human-readable).")
+}
+
+func (o *options) complete() error {
+	switch o.output {
+	case "", "json", "yaml":
+	default:
+		return fmt.Errorf("unknown output format %q: use json or yaml", o.output)
+	}
+	cfg, err := o.config.ToRESTConfig()
+	if err != nil {
+		return err
+	}
+	ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return err
+	}
+	o.namespace = ns
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := toolnexusv1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	o.client, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	return err
+}
+
+// listNamespace is the namespace a list is restricted to: none with -A.
+func (o *options) listNamespace() string {
+	if o.allNamespaces {
+		return ""
+	}
+	return o.namespace
+}

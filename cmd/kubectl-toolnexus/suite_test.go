@@ -1,0 +1,147 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/testenv"
+)
+
+var (
+	env *envtest.Environment
+	ctx context.Context
+	// admin creates the objects the controller would create; no controller runs here.
+	admin client.Client
+	// plugin is the built kubectl-toolnexus binary.
+	plugin string
+	// kubeconfigs of the people: alice is an approver of the requests that list approvers, bob
+	// may answer by RBAC but is no approver, carol has no RBAC at all, admin is system:masters.
+	kubeconfigs = map[string]string{}
+	// policies tells whether config/policies (the approver rules) is installed.
+	policies bool
+)
+
+func TestPlugin(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "kubectl-toolnexus (envtest)")
+}
+
+var _ = BeforeSuite(func() {
+	ctx = context.Background()
+	dir := GinkgoT().TempDir()
+
+	By("building kubectl-toolnexus")
+	plugin = filepath.Join(dir, "kubectl-toolnexus")
+	build := exec.Command("go", "build", "-o", plugin, "./cmd/kubectl-toolnexus")
+	build.Dir = testenv.RepoRoot()
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+
+	env, err = testenv.New()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err := env.Start()
+	Expect(err).NotTo(HaveOccurred())
+	scheme := runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(toolnexusv1alpha1.AddToScheme(scheme)).To(Succeed())
+	admin, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	By("installing config/rbac and, when it is there, config/policies")
+	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "toolnexus-system"}})).To(Succeed())
+	dirs := []string{"rbac"}
+	if _, err := os.Stat(filepath.Join(testenv.RepoRoot(), "config", "policies", "kustomization.yaml")); err == nil {
+		policies = true
+		dirs = append(dirs, "policies")
+	}
+	for _, d := range dirs {
+		for _, obj := range kustomize(filepath.Join(testenv.RepoRoot(), "config", d)) {
+			Expect(admin.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
+		}
+	}
+	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-answerers"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolnexus-answerer"},
+		Subjects: []rbacv1.Subject{
+			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"},
+			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "bob"},
+		},
+	})).To(Succeed())
+	for name, groups := range map[string][]string{"alice": nil, "bob": nil, "carol": nil, "admin": {"system:masters"}} {
+		user, err := env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		kubeconfig, err := user.KubeConfig()
+		Expect(err).NotTo(HaveOccurred())
+		kubeconfigs[name] = filepath.Join(dir, name+".kubeconfig")
+		Expect(os.WriteFile(kubeconfigs[name], kubeconfig, 0o600)).To(Succeed())
+	}
+
+	if policies {
+		By("waiting until the approver rules are enforced")
+		ns := newNamespace()
+		Eventually(func() string {
+			preq := newRequest(ns, "approval", approvers)
+			_, stderr, _ := kubectlToolnexus("bob", "-n", ns, "approve", preq.Name)
+			return stderr
+		}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("user bob may not answer this request"))
+	}
+})
+
+var _ = AfterSuite(func() {
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+})
+
+// kubectlToolnexus runs the plugin as user and returns its stdout, its stderr and its error.
+func kubectlToolnexus(user string, args ...string) (string, string, error) {
+	cmd := exec.Command(plugin, append([]string{"--kubeconfig", kubeconfigs[user]}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// kustomize builds dir with the kubectl of the control plane and returns its objects.
+func kustomize(dir string) []*unstructured.Unstructured {
+	assets, err := testenv.Assets()
+	Expect(err).NotTo(HaveOccurred())
+	cmd := exec.Command(filepath.Join(assets, "kubectl"), "kustomize", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	Expect(err).NotTo(HaveOccurred(), "kubectl kustomize %s: %s", dir, stderr.String())
+	var objs []*unstructured.Unstructured
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		err := decoder.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		Expect(err).NotTo(HaveOccurred())
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+}

@@ -1,0 +1,232 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// repoRoot is the repository's root directory.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// assets is the directory holding etcd, kube-apiserver and kubectl.
+func assets(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	cmd := exec.Command(filepath.Join(repoRoot(), "hack", "controlplane.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("building the control plane with hack/controlplane.sh: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// buildBinaries builds what a user runs into dir, with the go command the test runs under.
+func buildBinaries(t *testing.T, dir string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+		"./cmd/manager", "./cmd/standin-model", "./cmd/sample-tools", "./hack/localcluster")
+	cmd.Dir = repoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// process is a binary the test started; its output goes to logs/<name>.log.
+type process struct {
+	name, log string
+	cmd       *exec.Cmd
+	done      chan struct{}
+}
+
+func startProcess(t *testing.T, logDir, name string, env []string, bin string, args ...string) *process {
+	t.Helper()
+	logPath := filepath.Join(logDir, name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Nothing outlives the test binary, even when it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	p := &process{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(p.done) }()
+	t.Cleanup(func() { p.stop(syscall.SIGTERM) })
+	return p
+}
+
+// stop sends sig and waits for the process to exit (SIGKILL after 15s).
+func (p *process) stop(sig syscall.Signal) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// tail returns the last lines of the process's log, for failure messages.
+func (p *process) tail(lines int) string {
+	raw, _ := os.ReadFile(p.log)
+	all := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// waitHTTP waits until url answers 200, failing early when p exits.
+func waitHTTP(t *testing.T, p *process, url string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.exited() {
+			t.Fatalf("%s exited before %s answered:\n%s", p.name, url, p.tail(30))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer %s within %s:\n%s", p.name, url, timeout, p.tail(30))
+}
+
+// startCluster runs hack/localcluster (etcd, kube-apiserver, users, the installed manifests) and
+// returns its directory once it has printed "ready".
+func startCluster(t *testing.T, bin, dir, logDir, assetsDir string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, "localcluster"), "--dir", dir, "--assets", assetsDir,
+		"--repo", repoRoot(), "--apiserver-port", "0", "--etcd-port", "0")
+	logFile, err := os.Create(filepath.Join(logDir, "localcluster.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logFile
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(ready)
+			}
+		}
+		done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		_ = logFile.Close()
+	})
+	select {
+	case <-ready:
+		return dir
+	case err := <-done:
+		raw, _ := os.ReadFile(filepath.Join(logDir, "localcluster.log"))
+		t.Fatalf("the local cluster exited (%v):\n%s", err, raw)
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the local cluster was not ready within 3 minutes")
+	}
+	return ""
+}
+
+// kubectl runs the real kubectl as one of the cluster's users.
+type kubectl struct {
+	bin, dir, namespace string
+}
+
+// as runs kubectl with user's kubeconfig ("admin", "alice", "bob") in the test namespace.
+func (k kubectl) as(user string, stdin string, args ...string) (string, error) {
+	kc := filepath.Join(k.dir, "kubeconfig")
+	if user != "admin" {
+		kc += "-" + user
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", kc, "-n", k.namespace}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			err = fmt.Errorf("kubectl %s (as %s): exit %d: %s", strings.Join(args, " "), user, exit.ExitCode(), strings.TrimSpace(string(out)))
+		}
+	}
+	return string(out), err
+}
+
+// must runs kubectl as admin and fails the test on error.
+func (k kubectl) must(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := k.as("admin", "", args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
