@@ -143,11 +143,27 @@ func (g gate) render(name string, data map[string]any) string {
 	if g.prompt == nil {
 		return fallback
 	}
+	view := map[string]any{"tool": data["tool"], "arguments": data["arguments"]}
+	if args, ok := data["arguments"].(map[string]any); ok {
+		view["arguments"] = promptArgs(args)
+	}
 	var b bytes.Buffer
-	if err := g.prompt.Execute(&b, data); err != nil {
+	if err := g.prompt.Execute(&b, view); err != nil {
 		return fallback
 	}
 	return b.String()
+}
+
+// promptArgs prints as JSON in a prompt ({{.arguments}}), and still indexes like a map
+// ({{index .arguments "branch"}}).
+type promptArgs map[string]any
+
+func (a promptArgs) String() string {
+	raw, err := json.Marshal(map[string]any(a))
+	if err != nil {
+		return fmt.Sprint(map[string]any(a))
+	}
+	return string(raw)
 }
 
 // approvalArguments are the parsed arguments, or the model's raw text when it did not parse, so

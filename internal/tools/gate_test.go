@@ -15,6 +15,7 @@ func TestGatesCheck(t *testing.T) {
 		{Tools: []string{"pay*"}, When: `has(args.amount) && args.amount > 100.0`},
 		{Tools: []string{"risky"}, When: `args.missing == 1`},
 		{Tools: []string{"dyn"}, When: `args.flag`},
+		{Tools: []string{"buy"}, Prompt: "Approve {{.tool}} with {{.arguments}}?"},
 		{When: `tool.startsWith("delete_")`},
 	}
 	gates, err := NewGates(specs)
@@ -59,6 +60,8 @@ func TestGatesCheck(t *testing.T) {
 		{name: "raw arguments parsed when args are absent", tool: "shell", raw: `{"cmd":"ls"}`,
 			want: approval("shell", "Approve the call to shell?", map[string]any{"cmd": "ls"})},
 		{name: "no gate", tool: "echo", args: map[string]any{"text": "hi"}},
+		{name: "arguments render as JSON in a prompt", tool: "buy", args: map[string]any{"item": "gpu", "qty": 2.0},
+			want: approval("buy", `Approve buy with {"item":"gpu","qty":2}?`, map[string]any{"item": "gpu", "qty": 2.0})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
