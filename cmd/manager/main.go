@@ -28,7 +28,7 @@ func main() {
 		metricsAddr, probeAddr, pprofAddr string
 		watchNamespaces, leaderElectionNS string
 		secureMetrics, leaderElect        bool
-		maxConcurrent                     int
+		maxConcurrent, maxTranscriptMiB   int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized by the API server.")
@@ -37,6 +37,7 @@ func main() {
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election lease; defaults to the manager's own namespace in a cluster.")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of a pprof endpoint for profiling; empty disables it.")
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 8, "How many runs are stepped at once.")
+	flag.IntVar(&maxTranscriptMiB, "max-transcript-size", controller.DefaultMaxTranscriptBytes>>20, "How many MiB (compressed) of transcript a run may store; a run that needs more fails with TranscriptTooLarge.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -78,6 +79,7 @@ func main() {
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
 		Metrics:                 controller.NewMetrics(metrics.Registry, mgr.GetClient()),
 		MaxConcurrentReconciles: maxConcurrent,
+		MaxTranscriptBytes:      maxTranscriptMiB << 20,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up the AgentRun controller")
 		os.Exit(1)
