@@ -2,18 +2,14 @@ package v1alpha1_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
@@ -37,9 +33,8 @@ var _ = BeforeSuite(func() {
 	cfg, err = env.Start()
 	Expect(err).NotTo(HaveOccurred())
 
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(toolnexusv1alpha1.AddToScheme(scheme)).To(Succeed())
+	scheme, err := testenv.Scheme()
+	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 })
@@ -49,11 +44,3 @@ var _ = AfterSuite(func() {
 		Expect(env.Stop()).To(Succeed())
 	}
 })
-
-func envtestAdmin() envtest.User {
-	return envtest.User{Name: "admin", Groups: []string{"system:masters"}}
-}
-
-func writeFile(path string, data []byte) error {
-	return os.WriteFile(path, data, 0o600)
-}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/toolnexus/operator/internal/testenv"
 )
 
 // A valid AgentRun with every field of SPEC.md section 2 set.
@@ -272,12 +274,8 @@ var _ = Describe("PendingRequest admission", func() {
 
 var _ = Describe("kubectl explain", func() {
 	It("prints the field docs of agentrun.spec.tools", func() {
-		kubeconfig := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-		user, err := env.AddUser(envtestAdmin(), nil)
+		kubeconfig, err := testenv.WriteKubeconfig(env, testenv.Admin, GinkgoT().TempDir())
 		Expect(err).NotTo(HaveOccurred())
-		raw, err := user.KubeConfig()
-		Expect(err).NotTo(HaveOccurred())
-		Expect(writeFile(kubeconfig, raw)).To(Succeed())
 
 		out, err := exec.Command(filepath.Join(env.BinaryAssetsDirectory, "kubectl"),
 			"--kubeconfig", kubeconfig, "explain", "agentrun.spec.tools").CombinedOutput()

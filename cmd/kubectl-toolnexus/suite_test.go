@@ -3,8 +3,6 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,13 +15,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
@@ -61,9 +55,8 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	cfg, err := env.Start()
 	Expect(err).NotTo(HaveOccurred())
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(toolnexusv1alpha1.AddToScheme(scheme)).To(Succeed())
+	scheme, err := testenv.Scheme()
+	Expect(err).NotTo(HaveOccurred())
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
@@ -122,26 +115,8 @@ func kubectlToolnexus(user string, args ...string) (string, string, error) {
 	return stdout.String(), stderr.String(), err
 }
 
-// kustomize builds dir with the kubectl of the control plane and returns its objects.
 func kustomize(dir string) []*unstructured.Unstructured {
-	assets, err := testenv.Assets()
+	objs, err := testenv.Kustomize(dir)
 	Expect(err).NotTo(HaveOccurred())
-	cmd := exec.Command(filepath.Join(assets, "kubectl"), "kustomize", dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	Expect(err).NotTo(HaveOccurred(), "kubectl kustomize %s: %s", dir, stderr.String())
-	var objs []*unstructured.Unstructured
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		err := decoder.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		Expect(err).NotTo(HaveOccurred())
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
-	}
+	return objs
 }

@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync/atomic"
@@ -13,10 +12,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/testenv"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -178,11 +177,7 @@ var _ = Describe("kubectl wait", func() {
 
 // adminKubeconfig writes a kubeconfig for a cluster admin of the suite's API server.
 func adminKubeconfig() string {
-	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	path, err := testenv.WriteKubeconfig(env, testenv.Admin, GinkgoT().TempDir())
 	Expect(err).NotTo(HaveOccurred())
-	raw, err := user.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
-	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(os.WriteFile(path, raw, 0o600)).To(Succeed())
 	return path
 }

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -28,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/controller"
 	"github.com/toolnexus/operator/internal/testenv"
 	"github.com/toolnexus/operator/internal/tools"
@@ -38,7 +36,7 @@ var (
 	env       *envtest.Environment
 	cfg       *rest.Config
 	k8sClient client.Client
-	scheme    = runtime.NewScheme()
+	scheme    *runtime.Scheme
 	// stopManager stops the manager the suite runs; tests of durability restart it.
 	stopManager context.CancelFunc
 	managerDone chan struct{}
@@ -58,8 +56,8 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	cfg, err = env.Start()
 	Expect(err).NotTo(HaveOccurred())
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(toolnexusv1alpha1.AddToScheme(scheme)).To(Succeed())
+	scheme, err = testenv.Scheme()
+	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	startManager()

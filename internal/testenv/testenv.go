@@ -3,19 +3,28 @@
 package testenv
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	goruntime "runtime"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 )
 
 // RepoRoot is the repository's root directory.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
+	_, file, _, _ := goruntime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
@@ -45,4 +54,69 @@ func New() (*envtest.Environment, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}, nil
+}
+
+// Scheme holds the built-in Kubernetes types and the toolnexus.dev types.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := toolnexusv1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Admin is a cluster administrator of the test API server.
+var Admin = envtest.User{Name: "admin", Groups: []string{"system:masters"}}
+
+// WriteKubeconfig writes a kubeconfig for user into dir and returns its path, for running kubectl
+// or a built binary against the environment as that user.
+func WriteKubeconfig(env *envtest.Environment, user envtest.User, dir string) (string, error) {
+	authenticated, err := env.AddUser(user, nil)
+	if err != nil {
+		return "", err
+	}
+	raw, err := authenticated.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig-"+user.Name)
+	return path, os.WriteFile(path, raw, 0o600)
+}
+
+// Kustomize builds the kustomization in dir with the kubectl of Assets (its embedded kustomize),
+// as `kubectl apply -k` would, and returns the objects.
+func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
+	assets, err := Assets()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(assets, "kubectl"), "kustomize", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, stderr.String())
+	}
+	var objs []*unstructured.Unstructured
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		err := decoder.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decoding kubectl kustomize %s: %w", dir, err)
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("kubectl kustomize %s built nothing", dir)
+	}
+	return objs, nil
 }

@@ -4,12 +4,7 @@
 package admission_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,8 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -66,9 +59,8 @@ var _ = BeforeSuite(func() {
 	cfg, err = env.Start()
 	Expect(err).NotTo(HaveOccurred())
 
-	scheme = runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(toolnexusv1alpha1.AddToScheme(scheme)).To(Succeed())
+	scheme, err = testenv.Scheme()
+	Expect(err).NotTo(HaveOccurred())
 	admin = clientAs(envtest.User{Name: "admin", Groups: []string{"system:masters"}})
 
 	// What `make install` applies, built the way it builds it (kubectl's embedded kustomize).
@@ -127,29 +119,8 @@ func clientAs(user envtest.User) client.Client {
 	return c
 }
 
-// kustomize builds dir with the kubectl of the control plane and returns its objects.
 func kustomize(dir string) []*unstructured.Unstructured {
-	assets, err := testenv.Assets()
+	objs, err := testenv.Kustomize(dir)
 	Expect(err).NotTo(HaveOccurred())
-	cmd := exec.Command(filepath.Join(assets, "kubectl"), "kustomize", dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	Expect(err).NotTo(HaveOccurred(), "kubectl kustomize %s: %s", dir, stderr.String())
-
-	var objs []*unstructured.Unstructured
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		err := decoder.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		Expect(err).NotTo(HaveOccurred())
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
-	}
-	Expect(objs).NotTo(BeEmpty(), fmt.Sprintf("kubectl kustomize %s built nothing", dir))
 	return objs
 }

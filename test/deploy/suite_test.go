@@ -43,12 +43,8 @@ var _ = BeforeSuite(func() {
 	env = &envtest.Environment{BinaryAssetsDirectory: assets}
 	_, err = env.Start()
 	Expect(err).NotTo(HaveOccurred())
-	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	kubeconfig, err = testenv.WriteKubeconfig(env, testenv.Admin, GinkgoT().TempDir())
 	Expect(err).NotTo(HaveOccurred())
-	data, err := admin.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
-	kubeconfig = filepath.Join(GinkgoT().TempDir(), "admin.kubeconfig")
-	Expect(os.WriteFile(kubeconfig, data, 0o600)).To(Succeed())
 })
 
 var _ = AfterSuite(func() {
