@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -126,7 +127,7 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	result, err := r.advance(ctx, s)
-	if err != nil {
+	if err != nil || s.gone {
 		return ctrl.Result{}, err
 	}
 	if err := r.syncRequests(ctx, s); err != nil {
@@ -153,6 +154,21 @@ type scope struct {
 	now      time.Time
 	// consumed names the requests whose answers this reconcile handed to the loop.
 	consumed map[string]bool
+	// gone is set when the run was deleted while this reconcile worked on it.
+	gone bool
+}
+
+// runGone reports, around the cache, whether the run was deleted (or replaced by a namesake).
+func (r *AgentRunReconciler) runGone(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (bool, error) {
+	current := &toolnexusv1alpha1.AgentRun{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(run), current)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return current.UID != run.UID || !current.DeletionTimestamp.IsZero(), nil
 }
 
 // advance consumes answers and takes steps. It returns when the run waits (for an answer, a
@@ -213,6 +229,12 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 		}
 		next := st.Next()
 		if next == loop.ActionToolCalls && res.Action == loop.ActionModelTurn {
+			// Deleting a run is how a user stops it: a model turn that was in flight must not
+			// lead to tool calls.
+			if gone, err := r.runGone(ctx, s.run); err != nil || gone {
+				s.gone = gone
+				return ctrl.Result{}, err
+			}
 			continue // the tool calls of the turn just taken
 		}
 		if next == loop.ActionModelTurn || next == loop.ActionToolCalls {
@@ -255,7 +277,7 @@ func (r *AgentRunReconciler) stepFailed(ctx context.Context, s *scope, err error
 
 // save persists the record; a record too large to store ends the run with TranscriptTooLarge.
 func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
-	first := s.rec.resourceVersion == ""
+	first := !s.rec.started()
 	err := r.saveRecord(ctx, s.run, s.rec)
 	if errors.Is(err, errRecordTooLarge) {
 		s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonTranscriptTooLarge,

@@ -54,7 +54,7 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 		open = open[:maxStatusPending]
 	}
 	s.Pending, s.PendingCount = open, int32(len(open))
-	if rec.resourceVersion != "" {
+	if rec.started() {
 		s.TranscriptRef = &toolnexusv1alpha1.TranscriptReference{Name: transcriptName(run)}
 		if s.StartTime == nil {
 			s.StartTime = &metav1.Time{Time: now}
@@ -81,13 +81,13 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 		case p.reason != "":
 			succeeded.Reason, succeeded.Message = p.reason, p.message
 			s.Phase = toolnexusv1alpha1.RunPhaseRunning
-			if rec.resourceVersion == "" {
+			if !rec.started() {
 				s.Phase = toolnexusv1alpha1.RunPhasePending
 			}
 		case len(open) > 0:
 			succeeded.Reason, succeeded.Message = toolnexusv1alpha1.ReasonWaitingForAnswer, "The run waits for an answer to its PendingRequests"
 			s.Phase = toolnexusv1alpha1.RunPhaseSuspended
-		case rec.resourceVersion == "":
+		case !rec.started():
 			succeeded.Reason, succeeded.Message = toolnexusv1alpha1.ReasonPending, "The run has not taken its first step"
 			s.Phase = toolnexusv1alpha1.RunPhasePending
 		default:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
@@ -33,12 +34,12 @@ func TestSetStatus(t *testing.T) {
 				"Succeeded": "Unknown/Pending", "Suspended": "False/NoOpenRequests", "Reconciling": "True/Pending"}},
 		},
 		"running": {
-			rec: runRecord{State: &loop.State{Turn: 1}, resourceVersion: "1"},
+			rec: runRecord{State: &loop.State{Turn: 1}, head: savedHead},
 			want: want{phase: toolnexusv1alpha1.RunPhaseRunning, conditions: map[string]string{
 				"Succeeded": "Unknown/Running", "Suspended": "False/NoOpenRequests", "Reconciling": "True/Running"}},
 		},
 		"suspended": {
-			rec: runRecord{State: &loop.State{Turn: 1}, resourceVersion: "1"}, open: open,
+			rec: runRecord{State: &loop.State{Turn: 1}, head: savedHead}, open: open,
 			want: want{phase: toolnexusv1alpha1.RunPhaseSuspended, result: "pending", text: "approve?", conditions: map[string]string{
 				"Succeeded": "Unknown/WaitingForAnswer", "Suspended": "True/OpenRequests", "Reconciling": "True/WaitingForAnswer"}},
 		},
@@ -49,17 +50,17 @@ func TestSetStatus(t *testing.T) {
 				"Succeeded": "Unknown/SecretNotFound", "Suspended": "False/NoOpenRequests", "Reconciling": "True/SecretNotFound"}},
 		},
 		"done": {
-			rec: runRecord{State: &loop.State{Turn: 2, Status: loop.StatusDone, Text: "bye"}, resourceVersion: "1"},
+			rec: runRecord{State: &loop.State{Turn: 2, Status: loop.StatusDone, Text: "bye"}, head: savedHead},
 			want: want{phase: toolnexusv1alpha1.RunPhaseSucceeded, result: "done", text: "bye", conditions: map[string]string{
 				"Succeeded": "True/Completed", "Suspended": "False/NoOpenRequests"}},
 		},
 		"incomplete": {
-			rec: runRecord{State: &loop.State{Turn: 10, Status: loop.StatusIncomplete, Limit: loop.LimitMaxTurns}, resourceVersion: "1"},
+			rec: runRecord{State: &loop.State{Turn: 10, Status: loop.StatusIncomplete, Limit: loop.LimitMaxTurns}, head: savedHead},
 			want: want{phase: toolnexusv1alpha1.RunPhaseIncomplete, result: "incomplete", conditions: map[string]string{
 				"Succeeded": "False/MaxTurns", "Suspended": "False/NoOpenRequests", "Stalled": "True/MaxTurns"}},
 		},
 		"failed, open requests dropped": {
-			rec: runRecord{State: &loop.State{Turn: 1}, resourceVersion: "1",
+			rec: runRecord{State: &loop.State{Turn: 1}, head: savedHead,
 				Outcome: &outcome{Reason: toolnexusv1alpha1.ReasonModelError, Message: "HTTP 400"}},
 			want: want{phase: toolnexusv1alpha1.RunPhaseFailed, conditions: map[string]string{
 				"Succeeded": "False/ModelError", "Suspended": "False/NoOpenRequests", "Stalled": "True/ModelError"}},
@@ -94,7 +95,7 @@ func TestSetStatus(t *testing.T) {
 // A reconcile that changes nothing must not rewrite conditions (no empty patches).
 func TestSetStatusIsStable(t *testing.T) {
 	run := &toolnexusv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "r", Generation: 1}}
-	rec := &runRecord{State: &loop.State{Turn: 1}, resourceVersion: "1"}
+	rec := &runRecord{State: &loop.State{Turn: 1}, head: savedHead}
 	setStatus(run, rec, nil, progress{}, time.Unix(100, 0))
 	first := run.Status.DeepCopy()
 	setStatus(run, rec, nil, progress{}, time.Unix(200, 0))
@@ -130,3 +131,6 @@ func TestRequestName(t *testing.T) {
 		t.Errorf("long name has %d characters", len(long))
 	}
 }
+
+// savedHead stands for a record that has been saved once.
+var savedHead = &corev1.ConfigMap{}

@@ -80,9 +80,12 @@ type runRecord struct {
 	// Outcome is set when the run ended in a way the loop state does not say.
 	Outcome *outcome `json:"outcome,omitempty"`
 
-	// resourceVersion of the head the record was read from; empty before the first save.
-	resourceVersion string
+	// head is the ConfigMap the record was read from or last written to; nil before the first save.
+	head *corev1.ConfigMap
 }
+
+// started reports whether the record was ever saved, i.e. the run has taken a step.
+func (rec *runRecord) started() bool { return rec.head != nil }
 
 func transcriptName(run *toolnexusv1alpha1.AgentRun) string {
 	return run.Name + "-transcript"
@@ -120,7 +123,7 @@ func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alp
 	if rec.State == nil {
 		return nil, fmt.Errorf("decoding transcript %s: it holds no state", head.Name)
 	}
-	rec.resourceVersion = head.ResourceVersion
+	rec.head = head
 	var msgs []loop.Message
 	var calls []loop.ToolCall
 	for _, ref := range rec.Segments {
@@ -210,21 +213,42 @@ func (r *AgentRunReconciler) saveRecord(ctx context.Context, run *toolnexusv1alp
 	if _, _, size := rec.sealed(); len(data) > maxObjectBytes || size+len(data) > r.maxTranscriptBytes() {
 		return errRecordTooLarge
 	}
-	cm, err := r.transcriptObject(run, transcriptName(run), data)
-	if err != nil {
-		return err
-	}
-	cm.ResourceVersion = rec.resourceVersion
-	if rec.resourceVersion == "" {
+	var cm *corev1.ConfigMap
+	if rec.head == nil {
+		if cm, err = r.transcriptObject(run, transcriptName(run), data); err != nil {
+			return err
+		}
 		err = r.Create(ctx, cm)
 	} else {
-		err = r.Update(ctx, cm)
+		cm, err = r.updateHead(ctx, rec.head, data)
 	}
 	if err != nil {
 		return fmt.Errorf("saving transcript: %w", err)
 	}
-	rec.resourceVersion = cm.ResourceVersion
+	rec.head = cm
 	return nil
+}
+
+// updateHead replaces the head's record, keeping whatever else users put on the object (labels,
+// annotations). The write is conditional on the resourceVersion; when it conflicts because someone
+// changed only the object's metadata, the record is still the one this manager read, and the write
+// is retried on the fresh object. A conflicting record means another writer moved the run on.
+func (r *AgentRunReconciler) updateHead(ctx context.Context, head *corev1.ConfigMap, data []byte) (*corev1.ConfigMap, error) {
+	cm := head.DeepCopy()
+	cm.BinaryData = map[string][]byte{recordKey: data}
+	err := r.Update(ctx, cm)
+	if !apierrors.IsConflict(err) {
+		return cm, err
+	}
+	fresh := &corev1.ConfigMap{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(head), fresh); err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(fresh.BinaryData[recordKey], head.BinaryData[recordKey]) {
+		return nil, err
+	}
+	fresh.BinaryData = map[string][]byte{recordKey: data}
+	return fresh, r.Update(ctx, fresh)
 }
 
 // seal moves the unsealed messages and tool calls into a new segment. The segment is written
