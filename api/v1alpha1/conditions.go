@@ -49,6 +49,8 @@ const (
 	ReasonRequestExpired = "RequestExpired"
 	// ReasonTranscriptTooLarge: the transcript outgrew what the run can store.
 	ReasonTranscriptTooLarge = "TranscriptTooLarge"
+	// ReasonTranscriptCorrupt: the stored transcript cannot be decoded (edited or damaged by hand).
+	ReasonTranscriptCorrupt = "TranscriptCorrupt"
 	// ReasonCancelled: spec.cancel was set.
 	ReasonCancelled = "Cancelled"
 )

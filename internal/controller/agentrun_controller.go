@@ -118,7 +118,12 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return r.reconcileFinished(ctx, run)
 	}
 	rec, err := r.loadRecord(ctx, run)
-	if err != nil {
+	var corrupt *corruptError
+	if errors.As(err, &corrupt) {
+		// The run cannot go on; its status says why, and its requests are closed.
+		rec = &runRecord{State: loop.NewState(run.Spec.Prompt), head: &corev1.ConfigMap{},
+			Outcome: &outcome{Reason: toolnexusv1alpha1.ReasonTranscriptCorrupt, Message: truncate(corrupt.Error(), 1024)}}
+	} else if err != nil {
 		return ctrl.Result{}, err
 	}
 	s := &scope{run: run, before: run.DeepCopy(), rec: rec, now: r.Clock.Now()}

@@ -11,7 +11,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/looptest"
@@ -181,3 +183,23 @@ func adminKubeconfig() string {
 	Expect(err).NotTo(HaveOccurred())
 	return path
 }
+
+var _ = Describe("A damaged transcript", func() {
+	It("ends the run with TranscriptCorrupt instead of failing every reconcile", func() {
+		ns := newNamespace()
+		ts := approvalServer()
+		model := looptest.New(GinkgoT(), looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}))
+		run := newRun(ns, "damaged", model.URL, ts, "approve")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		reqs := waitSuspended(run, 1)
+		cm := &corev1.ConfigMap{}
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "damaged-transcript"}, cm)).To(Succeed())
+		cm.BinaryData["record.json.gz"] = []byte("not gzip at all")
+		Expect(k8sClient.Update(ctx, cm)).To(Succeed())
+		answer(&reqs[0], `{"ok":true}`)
+		Eventually(func() string { return reasonOf(run) }, eventually).Should(Equal(toolnexusv1alpha1.ReasonTranscriptCorrupt))
+		Expect(getRun(run).Status.Phase).To(Equal(toolnexusv1alpha1.RunPhaseFailed))
+		Expect(condition(run, toolnexusv1alpha1.ConditionSucceeded).Message).To(ContainSubstring("decoding transcript damaged-transcript"))
+		Expect(ts.Calls()).To(HaveLen(1), "nothing runs from a damaged record")
+	})
+})

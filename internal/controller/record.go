@@ -46,6 +46,13 @@ const (
 // errRecordTooLarge is returned by saveRecord when the transcript outgrows what a run can store.
 var errRecordTooLarge = errors.New("the transcript outgrew what a run may store")
 
+// corruptError says the stored transcript cannot be decoded: retrying cannot help, so the run
+// ends with reason TranscriptCorrupt.
+type corruptError struct{ err error }
+
+func (e *corruptError) Error() string { return e.err.Error() }
+func (e *corruptError) Unwrap() error { return e.err }
+
 // outcome is a terminal end that the loop state cannot express: a failure or a cancellation.
 type outcome struct {
 	Reason  string `json:"reason"`
@@ -118,10 +125,10 @@ func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alp
 	}
 	rec := &runRecord{}
 	if err := decodeGzipJSON(head.BinaryData[recordKey], rec); err != nil {
-		return nil, fmt.Errorf("decoding transcript %s: %w", head.Name, err)
+		return nil, &corruptError{fmt.Errorf("decoding transcript %s: %w", head.Name, err)}
 	}
 	if rec.State == nil {
-		return nil, fmt.Errorf("decoding transcript %s: it holds no state", head.Name)
+		return nil, &corruptError{fmt.Errorf("decoding transcript %s: it holds no state", head.Name)}
 	}
 	rec.head = head
 	var msgs []loop.Message
@@ -147,11 +154,11 @@ func (r *AgentRunReconciler) loadSegment(ctx context.Context, namespace string, 
 	}
 	seg := &segment{}
 	if err := decodeGzipJSON(cm.BinaryData[recordKey], seg); err != nil {
-		return nil, fmt.Errorf("decoding transcript segment %s: %w", ref.Name, err)
+		return nil, &corruptError{fmt.Errorf("decoding transcript segment %s: %w", ref.Name, err)}
 	}
 	if len(seg.Messages) != ref.Messages || len(seg.ToolCalls) != ref.ToolCalls {
-		return nil, fmt.Errorf("transcript segment %s holds %d messages and %d tool calls, the head expects %d and %d",
-			ref.Name, len(seg.Messages), len(seg.ToolCalls), ref.Messages, ref.ToolCalls)
+		return nil, &corruptError{fmt.Errorf("transcript segment %s holds %d messages and %d tool calls, the head expects %d and %d",
+			ref.Name, len(seg.Messages), len(seg.ToolCalls), ref.Messages, ref.ToolCalls)}
 	}
 	return seg, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,6 +103,47 @@ func FuzzStateDecode(f *testing.F) {
 		defer cancel()
 		_, _ = c.Step(ctx, &st, fuzzToolkit(t))
 		_ = st.Result()
+	})
+}
+
+// FuzzValidateAnswer checks arbitrary answers against arbitrary requests, as the controller does
+// with a PendingRequest's status.answer: no panic, and an error never echoes a value the answerer
+// sent (it may name ids and keys, not values): every string value is replaced by a sentinel
+// before validation, which depends on the values' types and not their text.
+func FuzzValidateAnswer(f *testing.F) {
+	seeds := [][2]string{
+		{`{"id":"r1","kind":"approval","prompt":"approve?"}`, `{"ok":true}`},
+		{`{"id":"r1","kind":"approval","prompt":"approve?"}`, `{"id":"other","ok":true}`},
+		{`{"id":"r1","kind":"approval","prompt":"approve?"}`, `{"ok":true,"reason":"why"}`},
+		{`{"id":"r1","kind":"input","prompt":"env?"}`, `{"ok":true,"data":{"output":"staging"}}`},
+		{`{"id":"r1","kind":"input","prompt":"env?"}`, `{"ok":true,"data":{"output":7,"secret":"hunter2"}}`},
+		{`{"id":"r1","kind":"input","prompt":"env?","data":{"schema":{"required":["env","region"]}}}`, `{"ok":true,"data":{"env":"prod"}}`},
+		{`{"id":"r1","kind":"input","prompt":"env?","data":{"schema":{"required":"env"}}}`, `{"ok":true,"data":{}}`},
+		{`{"id":"r1","kind":"question","prompt":"pick"}`, `{"ok":true,"data":{}}`},
+		{`{"id":"r1","kind":"tool_call","prompt":"run it"}`, `{"ok":true,"data":{"result":"x"}}`},
+		{`{"id":"r1","kind":"tool_call","prompt":"run it"}`, `{"ok":false,"reason":"declined"}`},
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s[0]), []byte(s[1]))
+	}
+	const sentinel = "VALUE-SENTINEL"
+	f.Fuzz(func(t *testing.T, reqJSON, answerJSON []byte) {
+		var req tools.Request
+		var a tools.Answer
+		if json.Unmarshal(reqJSON, &req) != nil || json.Unmarshal(answerJSON, &a) != nil {
+			return
+		}
+		if strings.Contains(string(reqJSON), sentinel) || strings.Contains(a.ID, sentinel) || strings.Contains(strings.Join(a.DataKeys(), ""), sentinel) {
+			return
+		}
+		for k, v := range a.Data {
+			if _, isString := v.(string); isString {
+				a.Data[k] = sentinel
+			}
+		}
+		if err := ValidateAnswer(req, a); err != nil && strings.Contains(err.Error(), sentinel) {
+			t.Fatalf("the error echoes a value of the answer: %v", err)
+		}
 	})
 }
 

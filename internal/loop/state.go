@@ -1,6 +1,9 @@
 package loop
 
 import (
+	"encoding/json"
+	"fmt"
+
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -158,4 +161,38 @@ func (st *State) Suspended() []Call {
 		}
 	}
 	return out
+}
+
+// UnmarshalJSON decodes a State and checks that every call has what its phase needs, so a
+// damaged record is an error when it is read rather than a panic when it is stepped.
+func (st *State) UnmarshalJSON(data []byte) error {
+	type plain State
+	var p plain
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	if err := (*State)(&p).validate(); err != nil {
+		return err
+	}
+	*st = State(p)
+	return nil
+}
+
+func (st *State) validate() error {
+	seen := make(map[string]bool, len(st.Calls))
+	for i, c := range st.Calls {
+		if c.ID == "" || seen[c.ID] {
+			return fmt.Errorf("loop: state: call %d has an empty or repeated id %q", i, c.ID)
+		}
+		seen[c.ID] = true
+		switch {
+		case c.Phase == PhaseQueued:
+		case c.Phase == PhaseSuspended && c.Request != nil:
+		case c.Phase == PhaseAnswered && c.Request != nil && c.Answer != nil:
+		case c.Phase == PhaseDone && c.Result != nil:
+		default:
+			return fmt.Errorf("loop: state: call %q in phase %q lacks what the phase needs (request, answer or result)", c.ID, c.Phase)
+		}
+	}
+	return nil
 }

@@ -62,12 +62,17 @@ func (c *Client) modelTurn(ctx context.Context, st *State, tk *tools.Toolkit) er
 			return fmt.Errorf("loop: AfterLLM hook: %w", err)
 		}
 	}
+	// Some OpenAI-compatible servers omit ids, and a confused model may repeat one; a call needs a
+	// unique id for its result and its PendingRequest, the same in the transcript and in st.Calls.
+	seen := make(map[string]bool, len(resp.ToolCalls))
 	for i := range resp.ToolCalls {
-		if resp.ToolCalls[i].ID == "" {
-			// Some OpenAI-compatible servers omit ids; a call needs one for its result and its
-			// PendingRequest name, the same in the transcript and in st.Calls.
+		for n := 0; resp.ToolCalls[i].ID == "" || seen[resp.ToolCalls[i].ID]; n++ {
 			resp.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", st.Turn+1, i+1)
+			if n > 0 {
+				resp.ToolCalls[i].ID += fmt.Sprintf("_%d", n)
+			}
 		}
+		seen[resp.ToolCalls[i].ID] = true
 	}
 	// Commit only now, so a failed request or hook leaves st as it was.
 	st.Messages = append(req.Messages, Message{Role: RoleAssistant, Content: resp.Text, ToolCalls: resp.ToolCalls})
