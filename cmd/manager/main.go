@@ -57,7 +57,8 @@ func main() {
 	if secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	cacheOpts := cache.Options{}
+	// Managed fields are never read here; stripping them keeps thousands of parked runs small.
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if watchNamespaces != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range strings.Split(watchNamespaces, ",") {

@@ -37,27 +37,33 @@ import (
 const (
 	retryBase = 500 * time.Millisecond
 	retryCap  = 5 * time.Minute
-	// nextStep is the requeue delay between steps of a running run: a step ends the reconcile so
-	// that runs share the workers fairly.
+	// nextStep is the requeue delay of a running run whose reconcile ended so that runs share the
+	// workers fairly.
 	nextStep = time.Millisecond
+	// turnBudget is how long one reconcile may keep taking turns: fast models and tools finish
+	// several turns with one status write, slow ones one turn per reconcile.
+	turnBudget = 250 * time.Millisecond
 )
 
 // Event reasons.
 const (
-	EventRunStarted       = "RunStarted"
-	EventToolSuspended    = "ToolSuspended"
-	EventRequestAnswered  = "RequestAnswered"
-	EventRequestExpired   = "RequestExpired"
-	EventRequestDeleted   = "RequestDeleted"
-	EventInvalidAnswer    = "InvalidAnswer"
-	EventRunSucceeded     = "RunSucceeded"
-	EventRunIncomplete    = "RunIncomplete"
-	EventRunFailed        = "RunFailed"
-	EventRunCancelled     = "RunCancelled"
-	EventSecretNotFound   = "SecretNotFound"
-	EventModelRetrying    = "ModelRetrying"
-	EventMCPServerFailed  = "MCPServerUnavailable"
+	EventRunStarted      = "RunStarted"
+	EventToolSuspended   = "ToolSuspended"
+	EventRequestAnswered = "RequestAnswered"
+	EventRequestExpired  = "RequestExpired"
+	EventRequestDeleted  = "RequestDeleted"
+	EventInvalidAnswer   = "InvalidAnswer"
+	EventRunSucceeded    = "RunSucceeded"
+	EventRunIncomplete   = "RunIncomplete"
+	EventRunFailed       = "RunFailed"
+	EventRunCancelled    = "RunCancelled"
+	EventSecretNotFound  = "SecretNotFound"
+	EventModelRetrying   = "ModelRetrying"
+)
+
+const (
 	secretNamesIndexField = "spec.secretNames"
+	ownerRunIndexField    = "metadata.ownerRun"
 	defaultModelRetries   = 5
 	actionStep            = "Step"
 	actionAnswer          = "Answer"
@@ -163,10 +169,12 @@ type scope struct {
 	gone bool
 }
 
-// runGone reports, around the cache, whether the run was deleted (or replaced by a namesake).
+// runGone reports whether the run was deleted (or replaced by a namesake) meanwhile. The cache
+// is fresh enough: it sees a deletion within milliseconds, and the model turn this guards takes
+// longer.
 func (r *AgentRunReconciler) runGone(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (bool, error) {
 	current := &toolnexusv1alpha1.AgentRun{}
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(run), current)
+	err := r.Get(ctx, client.ObjectKeyFromObject(run), current)
 	if apierrors.IsNotFound(err) {
 		return true, nil
 	}
@@ -241,6 +249,11 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 				return ctrl.Result{}, err
 			}
 			continue // the tool calls of the turn just taken
+		}
+		// MCP tool lists are fetched once per reconcile, so a run with MCP servers starts each turn
+		// in a new reconcile and the model sees the servers' tools as they are now.
+		if next == loop.ActionModelTurn && len(s.run.Spec.MCPServers) == 0 && r.Clock.Since(s.now) < turnBudget {
+			continue
 		}
 		if next == loop.ActionModelTurn || next == loop.ActionToolCalls {
 			return ctrl.Result{RequeueAfter: nextStep}, nil
@@ -371,6 +384,9 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, secretNamesIndexField, secretNames); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.PendingRequest{}, ownerRunIndexField, runOfRequest); err != nil {
+		return err
+	}
 	return builder.ControllerManagedBy(mgr).
 		For(&toolnexusv1alpha1.AgentRun{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&toolnexusv1alpha1.PendingRequest{}, builder.WithPredicates(answerOrDeletion())).
@@ -397,6 +413,15 @@ func answerOrDeletion() predicate.Predicate {
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// runOfRequest indexes a PendingRequest by the run that controls it, so a run finds its requests
+// without scanning every request of the namespace.
+func runOfRequest(obj client.Object) []string {
+	if owner := metav1.GetControllerOf(obj); owner != nil && owner.Kind == "AgentRun" {
+		return []string{owner.Name}
+	}
+	return nil
 }
 
 // secretNames indexes a run by the Secrets it references.

@@ -21,7 +21,7 @@ import (
 // requestsOf lists the run's PendingRequests from the cache, by name.
 func (r *AgentRunReconciler) requestsOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (map[string]*toolnexusv1alpha1.PendingRequest, error) {
 	var list toolnexusv1alpha1.PendingRequestList
-	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingLabels{toolnexusv1alpha1.RunLabel: run.Name}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{ownerRunIndexField: run.Name}); err != nil {
 		return nil, fmt.Errorf("listing PendingRequests: %w", err)
 	}
 	out := make(map[string]*toolnexusv1alpha1.PendingRequest, len(list.Items))

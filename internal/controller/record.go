@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -163,11 +164,28 @@ func (r *AgentRunReconciler) loadSegment(ctx context.Context, namespace string, 
 	return seg, nil
 }
 
+// gzip writers and readers are pooled: a new writer allocates over a MiB of tables, which was most
+// of a step's CPU and garbage.
+var (
+	gzipWriters = sync.Pool{New: func() any {
+		zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+		return zw
+	}}
+	gzipReaders sync.Pool
+)
+
 func decodeGzipJSON(data []byte, into any) error {
-	zr, err := gzip.NewReader(bytes.NewReader(data))
+	zr, ok := gzipReaders.Get().(*gzip.Reader)
+	var err error
+	if ok {
+		err = zr.Reset(bytes.NewReader(data))
+	} else {
+		zr, err = gzip.NewReader(bytes.NewReader(data))
+	}
 	if err != nil {
 		return err
 	}
+	defer gzipReaders.Put(zr)
 	raw, err := io.ReadAll(zr)
 	if err != nil {
 		return err
@@ -181,7 +199,9 @@ func encodeGzipJSON(v any) ([]byte, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&buf)
 	if _, err := zw.Write(raw); err != nil {
 		return nil, err
 	}
@@ -243,6 +263,7 @@ func (r *AgentRunReconciler) saveRecord(ctx context.Context, run *toolnexusv1alp
 func (r *AgentRunReconciler) updateHead(ctx context.Context, head *corev1.ConfigMap, data []byte) (*corev1.ConfigMap, error) {
 	cm := head.DeepCopy()
 	cm.BinaryData = map[string][]byte{recordKey: data}
+	cm.ManagedFields = nil // left out, the server keeps them; sent back, they cost a comparison
 	err := r.Update(ctx, cm)
 	if !apierrors.IsConflict(err) {
 		return cm, err
