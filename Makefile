@@ -41,7 +41,8 @@ fmt: ## Run go fmt.
 .PHONY: vet
 vet: ## Run go vet (including the e2e sources).
 	go vet ./...
-	go vet -tags e2e ./test/...
+	go vet -tags e2e ./test/e2e/
+	go vet -tags chaos ./test/chaos/
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint.
@@ -59,6 +60,23 @@ envtest: ## Build kube-apiserver, etcd and kubectl from Go modules (once) and pr
 test: manifests generate kustomize ## Run every test: unit, envtest integration and e2e.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) test-e2e
+	$(MAKE) test-chaos
+
+.PHONY: test-chaos
+test-chaos: manifests generate ## Chaos e2e: 100 runs while the manager is SIGKILLed 20+ times, the API server restarts and a leader fails over.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) -tags chaos -timeout 15m -v ./test/chaos/
+
+FUZZTIME ?= 60s
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (new crashers land in testdata/fuzz).
+	for t in tools:FuzzAnswerJSON tools:FuzzRequestJSON tools:FuzzPendingOf tools:FuzzHTTPResponse loop:FuzzStateDecode loop:FuzzValidateAnswer loop:FuzzOpenAIResponse loop:FuzzAnthropicResponse; do \
+	  go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./internal/$${t%%:*}/ || exit 1; done
+
+BENCH_FLAGS ?=
+.PHONY: bench
+bench: manifests generate ## Benchmarks: resume latency, throughput, parked scale; figures into docs/benchmarks.md. BENCH_FLAGS="-parked=500 -idle=10s" for a quick pass.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/bench -doc=docs/benchmarks.md $(BENCH_FLAGS)
+	go test ./internal/controller -run '^$$' -bench 'SaveRecord' -benchmem
 
 .PHONY: test-e2e
 test-e2e: manifests generate ## Run the e2e tests: built binaries, local control plane, real kubectl.
