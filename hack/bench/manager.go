@@ -26,7 +26,8 @@ type manager struct {
 	pid                  int
 	probe, metrics, prof string
 	log                  string
-	done                 chan error
+	done                 chan struct{} // closed when the process has exited; exitErr is then set
+	exitErr              error
 }
 
 func freeAddr() (string, error) {
@@ -47,7 +48,7 @@ func buildManager(dir string) (string, error) {
 }
 
 func startManager(ctx context.Context, bin, kubeconfig, dir string, workers int, extra []string) (*manager, error) {
-	m := &manager{log: filepath.Join(dir, "manager.log"), done: make(chan error, 1)}
+	m := &manager{log: filepath.Join(dir, "manager.log"), done: make(chan struct{})}
 	var err error
 	if m.probe, err = freeAddr(); err != nil {
 		return nil, err
@@ -76,12 +77,12 @@ func startManager(ctx context.Context, bin, kubeconfig, dir string, workers int,
 		return nil, err
 	}
 	m.pid = m.cmd.Process.Pid
-	go func() { m.done <- m.cmd.Wait(); logf.Close() }()
+	go func() { m.exitErr = m.cmd.Wait(); logf.Close(); close(m.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-m.done:
-			return nil, fmt.Errorf("the manager exited: %v (log: %s)", err, m.log)
+		case <-m.done:
+			return nil, fmt.Errorf("the manager exited: %v (log: %s)", m.exitErr, m.log)
 		default:
 		}
 		resp, err := http.Get("http://" + m.probe + "/readyz")
