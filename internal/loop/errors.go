@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -102,6 +103,18 @@ func redactBody(status int, body []byte) string {
 		s = string(r[:bodyExcerptLimit])
 	}
 	return s
+}
+
+// minSecretLen is the shortest key that is redacted: shorter values are no meaningful secret, and
+// replacing them would shred ordinary text.
+const minSecretLen = 4
+
+// redactSecret replaces every occurrence of secret in body.
+func redactSecret(body []byte, secret string) []byte {
+	if len(secret) < minSecretLen {
+		return body
+	}
+	return bytes.ReplaceAll(body, []byte(secret), []byte("«redacted»"))
 }
 
 func newProviderError(resp *http.Response, body []byte) *ProviderError {

@@ -171,3 +171,15 @@ func TestNetworkErrors(t *testing.T) {
 		}
 	})
 }
+
+func TestProviderErrorRedactsTheAPIKey(t *testing.T) {
+	model := looptest.New(t, looptest.Reply{Status: 500, Body: `{"error":{"message":"key sk-echoed-123 is over quota"}}`})
+	c, err := New(Options{BaseURL: model.URL, Model: "m", APIKey: "sk-echoed-123", Retries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Step(context.Background(), NewState("hi"), nil)
+	if err == nil || strings.Contains(err.Error(), "sk-echoed-123") || !strings.Contains(err.Error(), "«redacted»") {
+		t.Fatalf("error = %v, want the key redacted", err)
+	}
+}

@@ -122,7 +122,7 @@ func New(opts Options) (*Client, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	doer := wireDoer{client: opts.HTTPClient}
+	doer := wireDoer{client: opts.HTTPClient, apiKey: opts.APIKey}
 	if opts.Style == StyleAnthropic {
 		c.model = newAnthropicModel(opts, doer)
 	} else {

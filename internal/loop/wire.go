@@ -29,7 +29,11 @@ func withExchange(ctx context.Context, ex *exchange) context.Context {
 // transport failures become networkError, non-2xx a redacted *ProviderError, and a body that is
 // not JSON ErrInvalidResponse. The SDKs never see an error response, so they cannot retry or
 // reshape it.
-type wireDoer struct{ client *http.Client }
+type wireDoer struct {
+	client *http.Client
+	// apiKey is redacted from error bodies: an endpoint may echo the key it refused.
+	apiKey string
+}
 
 func (d wireDoer) Do(req *http.Request) (*http.Response, error) {
 	resp, err := d.client.Do(req)
@@ -45,7 +49,7 @@ func (d wireDoer) Do(req *http.Request) (*http.Response, error) {
 		ex.status, ex.body = resp.StatusCode, body
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, newProviderError(resp, body)
+		return nil, newProviderError(resp, redactSecret(body, d.apiKey))
 	}
 	if len(body) > maxResponseBytes {
 		return nil, fmt.Errorf("%w: body exceeds %d bytes", ErrInvalidResponse, maxResponseBytes)

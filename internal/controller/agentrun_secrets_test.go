@@ -1,0 +1,100 @@
+package controller_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+// The values a leak search looks for.
+const (
+	leakedAPIKey = "sk-live-SEARCHME-7f3a9c"
+	leakedHeader = "hdr-SEARCHME-b41d2e"
+)
+
+var _ = Describe("Secrets", func() {
+	It("never appear in status, events, requests, the transcript or any log line", func() {
+		ns := newNamespace()
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm"},
+			StringData: map[string]string{"apiKey": leakedAPIKey}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tool-token"},
+			StringData: map[string]string{"token": leakedHeader}})).To(Succeed())
+		// A careless tool server that echoes the request's headers, in an error and in a success.
+		ts := newToolServer(func(c toolCall) (int, string) {
+			echo := "you sent Authorization=" + c.Header.Get("Authorization") + " X-Key=" + c.Header.Get("X-Key")
+			if c.Path == "/fails" {
+				return http.StatusForbidden, echo
+			}
+			return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve? " + echo})
+		})
+		// A careless model endpoint: it echoes the key in its error, then behaves.
+		model := looptest.New(GinkgoT(),
+			looptest.Reply{Status: http.StatusInternalServerError, Body: `{"error":{"message":"upstream said: key ` + leakedAPIKey + ` is rate limited"}}`},
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "fails", Arguments: "{}"}, looptest.ToolCall{ID: "call_2", Name: "asks", Arguments: "{}"}),
+			looptest.Reply{Status: http.StatusUnauthorized, Body: `{"error":{"message":"invalid key ` + leakedAPIKey + `"}}`})
+		run := newRun(ns, "leaky", model.URL, ts, "fails", "asks")
+		run.Spec.Model.APIKeySecretRef = &toolnexusv1alpha1.SecretKeyReference{Name: "llm", Key: "apiKey"}
+		for i := range run.Spec.Tools {
+			run.Spec.Tools[i].HTTP.Headers = []toolnexusv1alpha1.HTTPHeader{
+				{Name: "Authorization", ValueFrom: &toolnexusv1alpha1.SecretValueSource{SecretKeyRef: toolnexusv1alpha1.SecretKeyReference{Name: "tool-token", Key: "token"}}},
+				{Name: "X-Key", ValueFrom: &toolnexusv1alpha1.SecretValueSource{SecretKeyRef: toolnexusv1alpha1.SecretKeyReference{Name: "llm", Key: "apiKey"}}},
+			}
+		}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		reqs := waitSuspended(run, 1)
+		answer(&reqs[0], `{"ok":false,"reason":"no"}`)
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseFailed))
+		// The secrets did reach the wire, where they belong.
+		Expect(model.Requests()[0].Header.Get("Authorization")).To(Equal("Bearer " + leakedAPIKey))
+		Expect(ts.Calls()[0].Header.Get("Authorization")).To(Equal(leakedHeader))
+
+		var haystack []string
+		raw, err := json.Marshal(getRun(run))
+		Expect(err).NotTo(HaveOccurred())
+		haystack = append(haystack, string(raw))
+		for _, p := range requestsOf(run) {
+			raw, err := json.Marshal(p)
+			Expect(err).NotTo(HaveOccurred())
+			haystack = append(haystack, string(raw))
+		}
+		var events eventsv1.EventList
+		Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+		Expect(events.Items).NotTo(BeEmpty())
+		for _, e := range events.Items {
+			haystack = append(haystack, e.Note, e.Reason)
+		}
+		var cms corev1.ConfigMapList
+		Expect(k8sClient.List(ctx, &cms, client.InNamespace(ns), client.MatchingLabels{toolnexusv1alpha1.RunLabel: "leaky"})).To(Succeed())
+		Expect(cms.Items).NotTo(BeEmpty())
+		for _, cm := range cms.Items {
+			zr, err := gzip.NewReader(bytes.NewReader(cm.BinaryData["record.json.gz"]))
+			Expect(err).NotTo(HaveOccurred())
+			transcript, err := io.ReadAll(zr)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(transcript)).To(ContainSubstring("you sent Authorization="), "the echo itself is kept, redacted")
+			haystack = append(haystack, string(transcript))
+		}
+		logs := managerLog.String()
+		Expect(logs).To(ContainSubstring("leaky"), "the manager logged about this run")
+		haystack = append(haystack, logs)
+		for _, hay := range haystack {
+			Expect(strings.Contains(hay, leakedAPIKey)).To(BeFalse(), "the API key leaked into:\n%.2000s", hay)
+			Expect(strings.Contains(hay, leakedHeader)).To(BeFalse(), "the header secret leaked into:\n%.2000s", hay)
+			Expect(strings.Contains(hay, "SEARCHME")).To(BeFalse(), "part of a secret leaked into:\n%.2000s", hay)
+		}
+	})
+})
