@@ -184,6 +184,27 @@ func TestFirstFiveMinutes(t *testing.T) {
 			t.Error("delete_user was called although its approval was declined")
 		}
 	})
+
+	t.Run("an unanswered request expires as system:expired with the policies installed", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(repoRoot(), "config", "samples", "approval-tool.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest := strings.NewReplacer(sampleModelURL, "http://"+modelAddr, sampleToolsURL, "http://"+toolsAddr,
+			"name: buy-gpu", "name: buy-gpu-unattended", "timeout: 24h", "timeout: 3s").Replace(string(raw))
+		if out, err := k.as("admin", manifest, "apply", "-f", "-"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		waitSucceeded(t, k, "buy-gpu-unattended")
+		wantText(t, k, "buy-gpu-unattended", "declined/expired: ")
+		wantText(t, k, "buy-gpu-unattended", "\nreason: expired")
+		if by := k.must(t, "get", "preq", preqName("buy-gpu-unattended"), "-o", "jsonpath={.status.answeredBy}"); by != "system:expired" {
+			t.Errorf("answeredBy = %q, want system:expired", by)
+		}
+		if phase := k.must(t, "get", "preq", preqName("buy-gpu-unattended"), "-o", "jsonpath={.status.phase}"); phase != "Expired" {
+			t.Errorf("phase = %q, want Expired", phase)
+		}
+	})
 	t.Logf("e2e took %s", time.Since(start).Round(time.Second))
 }
 
