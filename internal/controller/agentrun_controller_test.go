@@ -436,3 +436,18 @@ var _ = Describe("AgentRun", func() {
 		}, eventually).Should(BeTrue())
 	})
 })
+
+var _ = Describe("AgentRun with a spec that passed admission but cannot run", func() {
+	It("fails with InvalidSpec when a `when` expression does not compile, without crash-looping", func() {
+		ns := newNamespace()
+		model := looptest.New(GinkgoT())
+		run := newRun(ns, "bad-when", model.URL, nil)
+		run.Spec.Approvals = []toolnexusv1alpha1.ApprovalGate{{Tools: []string{"*"}, When: "args.amount >"}}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseFailed))
+		c := condition(run, toolnexusv1alpha1.ConditionSucceeded)
+		Expect(c.Reason).To(Equal(toolnexusv1alpha1.ReasonInvalidSpec))
+		Expect(c.Message).To(ContainSubstring("spec.approvals"))
+		Expect(model.Requests()).To(BeEmpty())
+	})
+})
