@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,33 +29,23 @@ type manager struct {
 	exitErr              error
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+func buildManager(dir string) (string, error) {
+	if _, err := testenv.Build(dir, "./cmd/manager"); err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-func buildManager(dir string) (string, error) {
-	bin := filepath.Join(dir, "manager")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	return bin, cmd.Run()
+	return filepath.Join(dir, "manager"), nil
 }
 
 func startManager(ctx context.Context, bin, kubeconfig, dir string, workers int, extra []string) (*manager, error) {
 	m := &manager{log: filepath.Join(dir, "manager.log"), done: make(chan struct{})}
 	var err error
-	if m.probe, err = freeAddr(); err != nil {
+	if m.probe, err = testenv.FreeAddr(); err != nil {
 		return nil, err
 	}
-	if m.metrics, err = freeAddr(); err != nil {
+	if m.metrics, err = testenv.FreeAddr(); err != nil {
 		return nil, err
 	}
-	if m.prof, err = freeAddr(); err != nil {
+	if m.prof, err = testenv.FreeAddr(); err != nil {
 		return nil, err
 	}
 	args := []string{

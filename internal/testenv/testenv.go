@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,4 +120,25 @@ func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("kubectl kustomize %s built nothing", dir)
 	}
 	return objs, nil
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// Build builds the repository's packages (for example ./cmd/manager) into dir with the go command
+// on PATH, as a user would, and returns dir.
+func Build(dir string, packages ...string) (string, error) {
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, packages...)...)
+	cmd.Dir = RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", strings.Join(packages, " "), err, out)
+	}
+	return dir, nil
 }

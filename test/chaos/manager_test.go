@@ -5,7 +5,6 @@ package chaos
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,23 +20,19 @@ import (
 
 // buildManager builds ./cmd/manager into dir with the go command the test runs under.
 func buildManager(dir string) (string, error) {
-	bin := filepath.Join(dir, "manager")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	cmd.Dir = testenv.RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out)
+	if _, err := testenv.Build(dir, "./cmd/manager"); err != nil {
+		return "", err
 	}
-	return bin, nil
+	return filepath.Join(dir, "manager"), nil
 }
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // supervised is one manager replica run the way a kubelet runs a container: whenever the process

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolnexus/operator/internal/testenv"
 )
 
 // repoRoot is the repository's root directory.
@@ -43,22 +44,18 @@ func assets(t *testing.T) string {
 // buildBinaries builds what a user runs into dir, with the go command the test runs under.
 func buildBinaries(t *testing.T, dir string) {
 	t.Helper()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"./cmd/manager", "./cmd/standin-model", "./cmd/sample-tools", "./hack/localcluster")
-	cmd.Dir = repoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if _, err := testenv.Build(dir, "./cmd/manager", "./cmd/standin-model", "./cmd/sample-tools", "./hack/localcluster"); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // process is a binary the test started; its output goes to logs/<name>.log.
