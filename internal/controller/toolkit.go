@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
@@ -40,7 +42,9 @@ func (e *specError) Unwrap() error { return e.err }
 // values in memory, and a rotated Secret is picked up by the next read.
 func (r *AgentRunReconciler) readSecret(ctx context.Context, namespace string, ref toolnexusv1alpha1.SecretKeyReference, what string) (string, error) {
 	s := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, s)
+	// client-go logs response bodies at high verbosity with the logger of the context: the read
+	// of a Secret gets none, so no verbosity level ever prints a value.
+	err := r.APIReader.Get(ctrl.LoggerInto(ctx, logr.Discard()), client.ObjectKey{Namespace: namespace, Name: ref.Name}, s)
 	if apierrors.IsNotFound(err) {
 		return "", &missingSecretError{ref: ref, what: what}
 	}
