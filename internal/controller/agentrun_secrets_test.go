@@ -23,8 +23,8 @@ import (
 
 // The values a leak search looks for.
 const (
-	leakedAPIKey = "sk-live-SEARCHME-7f3a9c"
-	leakedHeader = "hdr-SEARCHME-b41d2e"
+	leakedAPIKey = "kQ7xSEARCHMEzx93vW"
+	leakedHeader = "Hq9jSEARCHMEb41dZ2"
 )
 
 var _ = Describe("Secrets", func() {
@@ -91,7 +91,7 @@ var _ = Describe("Secrets", func() {
 		}
 		logs := managerLog.String()
 		Expect(logs).To(ContainSubstring("leaky"), "the manager logged about this run")
-		haystack = append(haystack, logs)
+		haystack = append(haystack, strings.Split(logs, "\n")...)
 		for _, hay := range haystack {
 			for _, secret := range []string{leakedAPIKey, leakedHeader} {
 				for _, form := range leakForms(secret) {
