@@ -93,7 +93,10 @@ var _ = Describe("Secrets", func() {
 		logs := managerLog.String()
 		Expect(logs).To(ContainSubstring("leaky"), "the manager logged about this run")
 		for _, line := range strings.Split(logs, "\n") {
-			haystack = append(haystack, line, undump(line))
+			haystack = append(haystack, line)
+			if strings.Contains(line, `"body": "00000000  `) {
+				haystack = append(haystack, undump(line))
+			}
 		}
 		for _, hay := range haystack {
 			Expect(strings.Contains(hay, leakedAPIKey)).To(BeFalse(), "the API key leaked into:\n%.2000s", hay)
