@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -274,12 +275,23 @@ var _ = Describe("PendingRequest admission", func() {
 
 var _ = Describe("kubectl explain", func() {
 	It("prints the field docs of agentrun.spec.tools", func() {
-		kubeconfig, err := testenv.WriteKubeconfig(env, testenv.Admin, GinkgoT().TempDir())
+		dir := GinkgoT().TempDir()
+		kubeconfig, err := testenv.WriteKubeconfig(env, testenv.Admin, dir)
 		Expect(err).NotTo(HaveOccurred())
+		kubectl := filepath.Join(env.BinaryAssetsDirectory, "kubectl")
 
-		out, err := exec.Command(filepath.Join(env.BinaryAssetsDirectory, "kubectl"),
-			"--kubeconfig", kubeconfig, "explain", "agentrun.spec.tools").CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), string(out))
+		// envtest returns once the CRDs are in discovery, but the API server publishes their
+		// OpenAPI schema, which explain reads, a moment later: until then explain says it
+		// "couldn't find resource". A cache of our own keeps other runs' discovery out.
+		var out []byte
+		Eventually(func() error {
+			out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "--cache-dir", filepath.Join(dir, "cache"),
+				"explain", "agentrun.spec.tools").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%w: %s", err, out)
+			}
+			return nil
+		}).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
 		for _, want := range []string{
 			"tools the model may call",
 			"name	<string> -required-",
