@@ -51,6 +51,13 @@ const (
 	ReasonTranscriptTooLarge = "TranscriptTooLarge"
 	// ReasonTranscriptCorrupt: the stored transcript cannot be decoded (edited or damaged by hand).
 	ReasonTranscriptCorrupt = "TranscriptCorrupt"
+	// ReasonStateMismatch: the run's record and the PendingRequest it would act on disagree (a
+	// request this run did not create, or one whose call differs from the record's); the run fails
+	// closed and runs nothing.
+	ReasonStateMismatch = "StateMismatch"
+	// ReasonSecretNotAllowed: a referenced Secret lacks the label the manager requires
+	// (--require-secret-label); the run starts when the Secret is labelled.
+	ReasonSecretNotAllowed = "SecretNotAllowed"
 	// ReasonCancelled: spec.cancel was set.
 	ReasonCancelled = "Cancelled"
 )
@@ -90,5 +97,9 @@ const (
 // ExpiredAnswerer is the answeredBy value of an answer the controller writes on expiry.
 const ExpiredAnswerer = "system:expired"
 
-// RunLabel is set on every PendingRequest and transcript object to the name of its AgentRun.
+// RunLabel is set on every PendingRequest and AgentRunRecord to the name of its AgentRun.
 const RunLabel = "toolnexus.dev/run"
+
+// SecretAccessLabel marks a Secret that AgentRuns may read when the manager runs with
+// --require-secret-label; its value must be "true".
+const SecretAccessLabel = "toolnexus.dev/agentrun-access"

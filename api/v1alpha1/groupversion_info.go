@@ -21,7 +21,8 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &AgentRun{}, &AgentRunList{}, &PendingRequest{}, &PendingRequestList{})
+	s.AddKnownTypes(GroupVersion, &AgentRun{}, &AgentRunList{}, &PendingRequest{}, &PendingRequestList{},
+		&AgentRunRecord{}, &AgentRunRecordList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

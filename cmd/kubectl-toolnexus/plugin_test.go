@@ -18,6 +18,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/record"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -108,8 +109,9 @@ func succeeded() toolnexusv1alpha1.AgentRunStatus {
 	}
 }
 
-// writeRecord stores v as a transcript ConfigMap does: gzipped JSON under record.json.gz.
-func writeRecord(ns, name string, v any) {
+// writeRecord stores v as the manager stores a part of a run's record: gzipped JSON in an
+// AgentRunRecord.
+func writeRecord(ns, name string, index int32, v any) {
 	raw, err := json.Marshal(v)
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	var gz bytes.Buffer
@@ -117,9 +119,14 @@ func writeRecord(ns, name string, v any) {
 	_, err = zw.Write(raw)
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	ExpectWithOffset(1, zw.Close()).To(Succeed())
-	ExpectWithOffset(1, admin.Create(ctx, &corev1.ConfigMap{
+	part := toolnexusv1alpha1.RecordPartHead
+	if index > 0 {
+		part = toolnexusv1alpha1.RecordPartSegment
+	}
+	ExpectWithOffset(1, admin.Create(ctx, &toolnexusv1alpha1.AgentRunRecord{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		BinaryData: map[string][]byte{"record.json.gz": gz.Bytes()},
+		Run:        toolnexusv1alpha1.RecordRunReference{Name: "buy-gpu", UID: "uid"},
+		Part:       part, Index: index, Encoding: toolnexusv1alpha1.RecordEncoding, Data: gz.Bytes(),
 	})).To(Succeed())
 }
 
@@ -368,15 +375,15 @@ var _ = Describe("kubectl toolnexus", func() {
 					{Role: loop.RoleAssistant, Content: "The purchase was declined."},
 				},
 				Turn: 2, Model: "gpt-4o-mini", Status: loop.StatusDone, Text: "The purchase was declined.",
-				Calls: []loop.Call{{ID: "call_3", Name: "notify", Phase: loop.PhaseSuspended,
+				Calls: []loop.Call{{ID: "call_3", Name: "notify", Args: "{}", Phase: loop.PhaseSuspended,
 					Request: &tools.Request{ID: "r", Kind: "input", Prompt: "Who?"}}},
 			}
 			// As the controller stores it: the first messages sealed in a segment, the rest in the head.
 			head := *state
 			head.Messages = state.Messages[2:]
-			writeRecord(ns, "buy-gpu-transcript-1", map[string]any{"messages": state.Messages[:2]})
-			writeRecord(ns, "buy-gpu-transcript", map[string]any{"state": &head, "modelFailures": 0,
-				"segments": []map[string]any{{"name": "buy-gpu-transcript-1", "messages": 2, "toolCalls": 0, "bytes": 100}}})
+			writeRecord(ns, "buy-gpu.seg-1", 1, record.Segment{Messages: state.Messages[:2]})
+			writeRecord(ns, "buy-gpu", 0, record.Head{State: &head,
+				Segments: []record.SegmentRef{{Name: "buy-gpu.seg-1", Messages: 2, Bytes: 100, RawBytes: 300}}})
 			run := newRun(ns, toolnexusv1alpha1.AgentRunStatus{Phase: toolnexusv1alpha1.RunPhaseRunning})
 
 			_, stderr, err := kubectlToolnexus("alice", "-n", ns, "transcript", "buy-gpu")
@@ -384,14 +391,14 @@ var _ = Describe("kubectl toolnexus", func() {
 			Expect(stderr).To(ContainSubstring(`agentruns.toolnexus.dev "buy-gpu" has no transcript yet`))
 
 			setRunStatus(run, toolnexusv1alpha1.AgentRunStatus{Phase: toolnexusv1alpha1.RunPhaseSucceeded,
-				TranscriptRef: &toolnexusv1alpha1.TranscriptReference{Name: "buy-gpu-transcript"}})
-			// alice is an answerer, not a reader of ConfigMaps: the admin reads the transcript.
+				TranscriptRef: &toolnexusv1alpha1.TranscriptReference{Name: "buy-gpu"}})
+			// alice only answers; vic, a viewer, reads the transcript.
 			stdout, stderr, err := kubectlToolnexus("alice", "-n", ns, "transcript", "buy-gpu")
 			Expect(err).To(HaveOccurred())
-			Expect(stderr).To(ContainSubstring(`configmaps "buy-gpu-transcript" is forbidden`))
+			Expect(stderr).To(ContainSubstring(`agentrunrecords.toolnexus.dev "buy-gpu" is forbidden`))
 			Expect(stdout).To(BeEmpty())
 
-			stdout, stderr, err = kubectlToolnexus("admin", "-n", ns, "transcript", "buy-gpu")
+			stdout, stderr, err = kubectlToolnexus("vic", "-n", ns, "transcript", "buy-gpu")
 			Expect(err).NotTo(HaveOccurred(), stderr)
 			Expect(stdout).To(Equal(`AgentRun ` + ns + `/buy-gpu: Succeeded, 2 turns, model gpt-4o-mini
 
@@ -428,7 +435,7 @@ var _ = Describe("kubectl toolnexus", func() {
 [end] done
 `))
 
-			stdout, _, err = kubectlToolnexus("admin", "-n", ns, "transcript", "buy-gpu", "-o", "json")
+			stdout, _, err = kubectlToolnexus("vic", "-n", ns, "transcript", "buy-gpu", "-o", "json")
 			Expect(err).NotTo(HaveOccurred())
 			got := &loop.State{}
 			Expect(json.Unmarshal([]byte(stdout), got)).To(Succeed())

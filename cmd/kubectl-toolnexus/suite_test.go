@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
@@ -80,7 +82,13 @@ var _ = BeforeSuite(func() {
 			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "bob"},
 		},
 	})).To(Succeed())
-	for name, groups := range map[string][]string{"alice": nil, "bob": nil, "carol": nil, "admin": {"system:masters"}} {
+	// vic only views: config/rbac's viewer role, which the built-in view role aggregates.
+	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-viewers"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolnexus-agentrun-viewer"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "vic"}},
+	})).To(Succeed())
+	for name, groups := range map[string][]string{"alice": nil, "bob": nil, "carol": nil, "vic": nil, "admin": {"system:masters"}} {
 		user, err := env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
 		Expect(err).NotTo(HaveOccurred())
 		kubeconfig, err := user.KubeConfig()
@@ -90,6 +98,7 @@ var _ = BeforeSuite(func() {
 	}
 
 	if policies {
+		// A policy is enforced a moment after it is created: wait until both are.
 		By("waiting until the approver rules are enforced")
 		ns := newNamespace()
 		Eventually(func() string {
@@ -97,6 +106,16 @@ var _ = BeforeSuite(func() {
 			_, stderr, _ := kubectlToolnexus("bob", "-n", ns, "approve", preq.Name)
 			return stderr
 		}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("user bob may not answer this request"))
+		By("waiting until answers are stamped with who gave them")
+		Eventually(func() (string, error) {
+			preq := newRequest(ns, "approval", nil)
+			if _, stderr, err := kubectlToolnexus("alice", "-n", ns, "approve", preq.Name); err != nil {
+				return "", fmt.Errorf("%w: %s", err, stderr)
+			}
+			got := &toolnexusv1alpha1.PendingRequest{}
+			err := admin.Get(ctx, client.ObjectKeyFromObject(preq), got)
+			return got.Status.AnsweredBy, err
+		}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("alice"))
 	}
 })
 

@@ -10,28 +10,25 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 )
 
-// transcriptKey is the binaryData key of the transcript ConfigMaps (internal/controller/record.go):
-// the head (status.transcriptRef) holds the gzipped JSON record {"state": <loop.State>,
-// "segments": [...], "outcome": ...}; each sealed segment, named in segments, holds the gzipped
-// JSON {"messages": [...]} of older messages, which come before the head's.
-const transcriptKey = "record.json.gz"
+// A run's record lives in AgentRunRecords (internal/record): the head (status.transcriptRef)
+// holds the gzipped JSON {"state": <loop.State>, "segments": [...]}; each sealed segment, named in
+// segments, holds the gzipped JSON {"messages": [...]} of older messages, which come before the
+// head's.
 
-// The shapes below mirror internal/controller's record and internal/loop.State, reading only what
-// the transcript shows. The plugin does not import them, which would pull the model SDKs into it;
-// the tests write the record with the real loop types, so a drift between the two fails them.
+// maxTranscriptBytes bounds what the plugin decodes of one record object.
+const maxTranscriptBytes = 256 << 20
+
+// The shapes below mirror internal/record and internal/loop.State, reading only what the
+// transcript shows. The plugin does not import them, which would pull the model SDKs into it;
+// the tests write the record with the real types, so a drift between the two fails them.
 type transcriptRecord struct {
 	State    *transcriptState    `json:"state"`
 	Segments []transcriptSegment `json:"segments,omitempty"`
-	Outcome  *struct {
-		Reason  string `json:"reason"`
-		Message string `json:"message"`
-	} `json:"outcome,omitempty"`
 }
 
 type transcriptSegment struct {
@@ -46,6 +43,10 @@ type transcriptState struct {
 	Calls    []transcriptCall    `json:"calls,omitempty"`
 	Status   string              `json:"status,omitempty"`
 	Limit    string              `json:"limit,omitempty"`
+	Outcome  *struct {
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+	} `json:"outcome,omitempty"`
 }
 
 type transcriptMessage struct {
@@ -77,7 +78,7 @@ func newTranscriptCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "transcript RUN",
 		Short: "Print an AgentRun's full transcript: every message, tool call and tool result",
-		Long: `Print the full transcript of an AgentRun, read from the ConfigMap the run owns
+		Long: `Print the full transcript of an AgentRun, read from the AgentRunRecords the run owns
 (status.transcriptRef): every message with its role, the tool calls the model made with their
 arguments, and the tool results, errors marked. -o json prints the stored state as it is.`,
 		Args: cobra.ExactArgs(1),
@@ -103,10 +104,10 @@ func (o *options) runTranscript(ctx context.Context, name string) error {
 	}
 	rec := &transcriptRecord{}
 	if err := json.Unmarshal(raw, rec); err != nil {
-		return fmt.Errorf("configmap %q holds no readable transcript: %w", run.Status.TranscriptRef.Name, err)
+		return fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: %w", run.Status.TranscriptRef.Name, err)
 	}
 	if rec.State == nil {
-		return fmt.Errorf("configmap %q holds no readable transcript: the record has no state", run.Status.TranscriptRef.Name)
+		return fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: the record has no state", run.Status.TranscriptRef.Name)
 	}
 	// The sealed segments hold the older messages, in order; the head holds the rest.
 	var sealed []json.RawMessage
@@ -119,7 +120,7 @@ func (o *options) runTranscript(ctx context.Context, name string) error {
 			Messages []json.RawMessage `json:"messages"`
 		}
 		if err := json.Unmarshal(data, &seg); err != nil {
-			return fmt.Errorf("configmap %q holds no readable transcript segment: %w", ref.Name, err)
+			return fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript segment: %w", ref.Name, err)
 		}
 		sealed = append(sealed, seg.Messages...)
 	}
@@ -155,15 +156,15 @@ func (o *options) runTranscript(ctx context.Context, name string) error {
 	return printTranscript(o.out, run, rec)
 }
 
-// readTranscriptObject returns the uncompressed record of one transcript ConfigMap.
+// readTranscriptObject returns the decoded data of one AgentRunRecord.
 func (o *options) readTranscriptObject(ctx context.Context, namespace, name string) ([]byte, error) {
-	cm := &corev1.ConfigMap{}
-	if err := o.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm); err != nil {
+	rec := &toolnexusv1alpha1.AgentRunRecord{}
+	if err := o.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rec); err != nil {
 		return nil, err
 	}
-	raw, err := gunzip(cm.BinaryData[transcriptKey])
+	raw, err := gunzip(rec.Data)
 	if err != nil {
-		return nil, fmt.Errorf("configmap %q holds no readable transcript (binaryData %s): %w", name, transcriptKey, err)
+		return nil, fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: %w", name, err)
 	}
 	return raw, nil
 }
@@ -184,7 +185,11 @@ func gunzip(data []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer zr.Close()
-	return io.ReadAll(zr)
+	raw, err := io.ReadAll(io.LimitReader(zr, maxTranscriptBytes+1))
+	if err == nil && len(raw) > maxTranscriptBytes {
+		return nil, fmt.Errorf("it decodes to more than %d MiB", maxTranscriptBytes>>20)
+	}
+	return raw, err
 }
 
 func printTranscript(out io.Writer, run *toolnexusv1alpha1.AgentRun, rec *transcriptRecord) error {
@@ -232,8 +237,8 @@ func printTranscript(out io.Writer, run *toolnexusv1alpha1.AgentRun, rec *transc
 		}
 	}
 	switch {
-	case rec.Outcome != nil:
-		fmt.Fprintf(&b, "\n[end] %s: %s\n", rec.Outcome.Reason, rec.Outcome.Message)
+	case rec.State.Outcome != nil:
+		fmt.Fprintf(&b, "\n[end] %s: %s\n", rec.State.Outcome.Reason, rec.State.Outcome.Message)
 	case st.Status == "":
 	case st.Status == "incomplete":
 		fmt.Fprintf(&b, "\n[end] incomplete (limit %s)\n", st.Limit)

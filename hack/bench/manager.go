@@ -238,7 +238,7 @@ func parseLabels(s string) map[string]string {
 // managerResources are the resources the manager reads and writes; the harness's own requests
 // (creating runs and namespaces, answering requests) are subtracted by the caller.
 var managerResources = map[string]bool{
-	"configmaps": true, "agentruns": true, "agentruns/status": true, "pendingrequests": true,
+	"agentrunrecords": true, "agentruns": true, "agentruns/status": true, "pendingrequests": true,
 	"pendingrequests/status": true, "events": true, "secrets": true,
 }
 

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"time"
 
@@ -35,8 +34,7 @@ import (
 
 // Backoff of transient model failures (SPEC §6): base doubled per consecutive failure, capped.
 const (
-	retryBase = 500 * time.Millisecond
-	retryCap  = 5 * time.Minute
+	retryBase = loop.DefaultRetryBase
 	// nextStep is the requeue delay of a running run whose reconcile ended so that runs share the
 	// workers fairly.
 	nextStep = time.Millisecond
@@ -57,14 +55,12 @@ const (
 	EventRunIncomplete   = "RunIncomplete"
 	EventRunFailed       = "RunFailed"
 	EventRunCancelled    = "RunCancelled"
-	EventSecretNotFound  = "SecretNotFound"
 	EventModelRetrying   = "ModelRetrying"
 )
 
 const (
 	secretNamesIndexField = "spec.secretNames"
 	ownerRunIndexField    = "metadata.ownerRun"
-	defaultModelRetries   = 5
 	actionStep            = "Step"
 	actionAnswer          = "Answer"
 )
@@ -84,6 +80,14 @@ type AgentRunReconciler struct {
 	// MaxTranscriptBytes bounds a run's stored transcript, compressed; 0 means
 	// DefaultMaxTranscriptBytes. A run that outgrows it fails with TranscriptTooLarge.
 	MaxTranscriptBytes int
+	// MaxTranscriptRawBytes bounds a run's transcript decoded; 0 means
+	// DefaultMaxTranscriptRawBytes. A run that outgrows it fails with TranscriptTooLarge.
+	MaxTranscriptRawBytes int
+	// MaxToolCallsPerTurn bounds the tool calls of one model turn that run; 0 means
+	// loop.DefaultMaxToolCallsPerTurn.
+	MaxToolCallsPerTurn int
+	// RequireSecretLabel lets runs read only Secrets labelled toolnexus.dev/agentrun-access=true.
+	RequireSecretLabel bool
 }
 
 var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
@@ -91,11 +95,13 @@ var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
 // Why each permission is there (the manager's ClusterRole is generated from these markers):
 //   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished.
 //   - agentruns/status get/patch: the run's status; agentruns/finalizers update: the controller
-//     owner references it sets on requests and transcripts (clusters that enforce
+//     owner references it sets on requests and records (clusters that enforce
 //     OwnerReferencesPermissionEnforcement require it).
 //   - pendingrequests get/list/watch/create: one request per suspended call, watched for answers.
 //   - pendingrequests/status get/patch: phase and conditions, and the expiry answer.
-//   - configmaps get/create/update: the run's transcript and step state (the run owns it).
+//   - agentrunrecords get/create/update/delete: the run's durable record. Only the manager may
+//     write records (people get read access through the view role); delete removes a record
+//     left by a deleted run of the same name.
 //   - secrets get/list/watch: get resolves apiKeySecretRef and header valueFrom at call time;
 //     list/watch feed a metadata-only informer (names, no values are cached) so a run waiting for
 //     a missing Secret starts when it appears.
@@ -106,12 +112,13 @@ var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests/status,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=agentrunrecords,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile takes the run one step further: it consumes answers, runs at most one model turn and
-// its tool calls, persists the record after every step, and derives status from it.
+// its tool calls, persists the record after every step, and only then projects the saved state
+// onto the run's PendingRequests and status.
 func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	run := &toolnexusv1alpha1.AgentRun{}
 	if err := r.Get(ctx, req.NamespacedName, run); err != nil {
@@ -124,11 +131,11 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return r.reconcileFinished(ctx, run)
 	}
 	rec, err := r.loadRecord(ctx, run)
-	var corrupt *corruptError
-	if errors.As(err, &corrupt) {
-		// The run cannot go on; its status says why, and its requests are closed.
-		rec = &runRecord{State: loop.NewState(run.Spec.Prompt), head: &corev1.ConfigMap{},
-			Outcome: &outcome{Reason: toolnexusv1alpha1.ReasonTranscriptCorrupt, Message: truncate(corrupt.Error(), 1024)}}
+	var bad *corruptError
+	if errors.As(err, &bad) {
+		// The run cannot go on; its status says why, its requests are closed, and nothing runs.
+		rec = &runRecord{State: loop.NewState(run.Spec.Prompt), head: &toolnexusv1alpha1.AgentRunRecord{}}
+		rec.State.End(bad.reason, truncate(bad.Error(), 1024))
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -138,15 +145,20 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	result, err := r.advance(ctx, s)
+	if err == nil && s.dirty {
+		err = r.save(ctx, s)
+	}
 	if err != nil || s.gone {
 		return ctrl.Result{}, err
 	}
+	// Everything below projects what was saved.
 	if err := r.syncRequests(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.patchStatus(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	s.emitEvents()
 	if finished(run) {
 		r.emitFinished(s)
 		return r.reconcileFinished(ctx, run)
@@ -163,10 +175,21 @@ type scope struct {
 	requests map[string]*toolnexusv1alpha1.PendingRequest
 	progress progress
 	now      time.Time
-	// consumed names the requests whose answers this reconcile handed to the loop.
-	consumed map[string]bool
+	// dirty is set when the state changed since it was last saved.
+	dirty bool
+	// events are recorded once the writes they report have been made.
+	events []func()
 	// gone is set when the run was deleted while this reconcile worked on it.
 	gone bool
+}
+
+// event queues an event to record after this reconcile's writes.
+func (s *scope) event(f func()) { s.events = append(s.events, f) }
+
+func (s *scope) emitEvents() {
+	for _, f := range s.events {
+		f()
+	}
 }
 
 // runGone reports whether the run was deleted (or replaced by a namesake) meanwhile. The cache
@@ -185,25 +208,22 @@ func (r *AgentRunReconciler) runGone(ctx context.Context, run *toolnexusv1alpha1
 }
 
 // advance consumes answers and takes steps. It returns when the run waits (for an answer, a
-// Secret, a backoff) or after one full turn, with the requeue that continues it.
+// Secret, a backoff) or after one full turn, with the requeue that continues it. State it changed
+// and did not save is marked dirty; Reconcile saves it.
 func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error) {
 	st := s.rec.State
-	if s.run.Spec.Cancel && s.rec.Outcome == nil && st.Status == "" {
-		s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonCancelled, Message: "The run was cancelled (spec.cancel)"}
-		return ctrl.Result{}, r.save(ctx, s)
+	if s.run.Spec.Cancel && !st.Ended() {
+		st.End(toolnexusv1alpha1.ReasonCancelled, "The run was cancelled (spec.cancel)")
+		s.dirty = true
 	}
-	if s.rec.Outcome != nil || st.Status != "" {
+	if st.Ended() {
 		return ctrl.Result{}, nil
 	}
 	// Announce first: a request created just before a crash may already carry an answer.
-	if err := r.announce(ctx, s); err != nil {
+	if err := r.announce(ctx, s); err != nil || st.Ended() {
 		return ctrl.Result{}, err
 	}
-	err := r.consumeAnswers(ctx, s)
-	if err != nil || s.rec.Outcome != nil {
-		if err == nil {
-			err = r.save(ctx, s)
-		}
+	if err := r.consumeAnswers(ctx, s); err != nil || st.Ended() {
 		return ctrl.Result{}, err
 	}
 	if next := st.Next(); next != loop.ActionModelTurn && next != loop.ActionToolCalls {
@@ -216,11 +236,12 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	var invalid *specError
 	switch {
 	case errors.As(err, &missing):
-		s.progress.reason, s.progress.message = toolnexusv1alpha1.ReasonSecretNotFound, missing.Error()
+		s.progress.reason, s.progress.message = missing.reason, missing.Error()
 		return ctrl.Result{}, nil // the Secret watch wakes the run
 	case errors.As(err, &invalid):
-		s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonInvalidSpec, Message: invalid.Error()}
-		return ctrl.Result{}, r.save(ctx, s)
+		st.End(toolnexusv1alpha1.ReasonInvalidSpec, invalid.Error())
+		s.dirty = true
+		return ctrl.Result{}, nil
 	case err != nil:
 		return ctrl.Result{}, err
 	}
@@ -231,13 +252,10 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 		if err != nil {
 			return r.stepFailed(ctx, s, err)
 		}
-		if res.Action == loop.ActionModelTurn {
-			s.rec.ModelFailures = 0
-		}
-		if err := r.save(ctx, s); err != nil || s.rec.Outcome != nil {
+		if err := r.save(ctx, s); err != nil || st.Ended() {
 			return ctrl.Result{}, err
 		}
-		if err := r.announce(ctx, s); err != nil {
+		if err := r.announce(ctx, s); err != nil || st.Ended() {
 			return ctrl.Result{}, err
 		}
 		next := st.Next()
@@ -269,28 +287,23 @@ func (r *AgentRunReconciler) stepFailed(ctx context.Context, s *scope, err error
 		// The manager is stopping: the step did not happen, and the next leader repeats it.
 		return ctrl.Result{}, err
 	}
-	retry, after := loop.Retryable(err)
-	retries := defaultModelRetries
-	if s.run.Spec.Model.Retries != nil {
+	retries := 0
+	if s.run.Spec.Model.Retries != nil { // defaulted by the CRD
 		retries = int(*s.run.Spec.Model.Retries)
 	}
-	if retry && s.rec.ModelFailures < retries {
-		s.rec.ModelFailures++
-		delay := time.Duration(math.Min(float64(retryBase)*math.Pow(2, float64(s.rec.ModelFailures-1)), float64(retryCap)))
-		if after > delay {
-			delay = after
-		}
-		s.progress.reason = toolnexusv1alpha1.ReasonModelRetrying
-		s.progress.message = fmt.Sprintf("Model request failed (attempt %d of %d), retrying in %s: %v", s.rec.ModelFailures, retries+1, delay, err)
+	st := s.rec.State
+	s.dirty = true
+	delay, retry, msg := st.ModelFailed(err, retries, retryBase)
+	if !retry {
+		st.End(toolnexusv1alpha1.ReasonModelError, truncate(msg, 2048))
+		return ctrl.Result{}, nil
+	}
+	s.progress.reason = toolnexusv1alpha1.ReasonModelRetrying
+	s.progress.message = fmt.Sprintf("Model request failed (attempt %d of %d), retrying in %s: %v", st.ModelFailures, retries+1, delay, err)
+	s.event(func() {
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventModelRetrying, actionStep, "%s", truncate(s.progress.message, 1024))
-		return ctrl.Result{RequeueAfter: delay}, r.save(ctx, s)
-	}
-	msg := err.Error()
-	if retry {
-		msg = fmt.Sprintf("model request failed %d times in a row: %v", s.rec.ModelFailures+1, err)
-	}
-	s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonModelError, Message: truncate(msg, 2048)}
-	return ctrl.Result{}, r.save(ctx, s)
+	})
+	return ctrl.Result{RequeueAfter: delay}, nil
 }
 
 // save persists the record; a record too large to store ends the run with TranscriptTooLarge.
@@ -298,14 +311,29 @@ func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
 	first := !s.rec.started()
 	err := r.saveRecord(ctx, s.run, s.rec)
 	if errors.Is(err, errRecordTooLarge) {
-		s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonTranscriptTooLarge,
-			Message: fmt.Sprintf("The run stopped: %v (%d MiB compressed); reduce tool output or maxTurns", err, r.maxTranscriptBytes()>>20)}
+		// What could not be stored ends here: status is the run's last word.
+		s.rec.State.End(toolnexusv1alpha1.ReasonTranscriptTooLarge,
+			fmt.Sprintf("The run stopped: %v (%d MiB compressed, %d MiB decoded); reduce tool output or maxTurns",
+				err, r.maxTranscriptBytes()>>20, r.maxTranscriptRawBytes()>>20))
+		s.dirty = false
 		return nil
 	}
-	if err == nil && first {
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.run.Spec.Model.Name)
+	var bad *corruptError
+	if errors.As(err, &bad) {
+		s.rec.State.End(bad.reason, truncate(bad.Error(), 1024))
+		s.dirty = false
+		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	s.dirty = false
+	if first {
+		s.event(func() {
+			r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.run.Spec.Model.Name)
+		})
+	}
+	return nil
 }
 
 // reconcileFinished deletes a finished run once ttlSecondsAfterFinished has passed.
@@ -328,17 +356,21 @@ func (r *AgentRunReconciler) patchStatus(ctx context.Context, s *scope) error {
 	if equality.Semantic.DeepEqual(s.before.Status, s.run.Status) {
 		return nil
 	}
+	if err := r.Status().Patch(ctx, s.run, client.MergeFrom(s.before)); err != nil {
+		return err
+	}
 	r.emitProgress(s)
-	return r.Status().Patch(ctx, s.run, client.MergeFrom(s.before))
+	return nil
 }
 
 // emitProgress records events for transitions of an active run's waiting reason.
 func (r *AgentRunReconciler) emitProgress(s *scope) {
-	if s.progress.reason != toolnexusv1alpha1.ReasonSecretNotFound {
+	reason := s.progress.reason
+	if reason != toolnexusv1alpha1.ReasonSecretNotFound && reason != toolnexusv1alpha1.ReasonSecretNotAllowed {
 		return
 	}
-	if old := conditionReason(s.before, toolnexusv1alpha1.ConditionSucceeded); old != toolnexusv1alpha1.ReasonSecretNotFound {
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventSecretNotFound, actionStep, "%s; the run starts when it appears", s.progress.message)
+	if conditionReason(s.before, toolnexusv1alpha1.ConditionSucceeded) != reason {
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, reason, actionStep, "%s; the run starts when it is resolved", s.progress.message)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -192,14 +191,15 @@ var _ = Describe("A damaged transcript", func() {
 		run := newRun(ns, "damaged", model.URL, ts, "approve")
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		reqs := waitSuspended(run, 1)
-		cm := &corev1.ConfigMap{}
-		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "damaged-transcript"}, cm)).To(Succeed())
-		cm.BinaryData["record.json.gz"] = []byte("not gzip at all")
-		Expect(k8sClient.Update(ctx, cm)).To(Succeed())
+		// Only the manager can write records; the suite's client stands in for a bug or a disk fault.
+		rec := &toolnexusv1alpha1.AgentRunRecord{}
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "damaged"}, rec)).To(Succeed())
+		rec.Data = []byte("not gzip at all")
+		Expect(k8sClient.Update(ctx, rec)).To(Succeed())
 		answer(&reqs[0], `{"ok":true}`)
 		Eventually(func() string { return reasonOf(run) }, eventually).Should(Equal(toolnexusv1alpha1.ReasonTranscriptCorrupt))
 		Expect(getRun(run).Status.Phase).To(Equal(toolnexusv1alpha1.RunPhaseFailed))
-		Expect(condition(run, toolnexusv1alpha1.ConditionSucceeded).Message).To(ContainSubstring("decoding transcript damaged-transcript"))
+		Expect(condition(run, toolnexusv1alpha1.ConditionSucceeded).Message).To(ContainSubstring("decoding the record AgentRunRecord damaged"))
 		Expect(ts.Calls()).To(HaveLen(1), "nothing runs from a damaged record")
 	})
 })

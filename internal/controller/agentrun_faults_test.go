@@ -14,7 +14,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -340,7 +339,7 @@ var _ = Describe("AgentRun API faults", func() {
 		Expect(ts.Calls()).To(HaveLen(8), "six steps, the approval and its retry: nothing re-executed")
 	})
 
-	It("neither repeats a step nor drops the label when a user labels the transcript ConfigMap mid-turn", func() {
+	It("neither repeats a step nor drops the label when a backup tool labels the record mid-turn", func() {
 		ts := newToolServer(func(toolCall) (int, string) { return 200, "ok" })
 		model := newGatedModel(
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "step", Arguments: "{}"}),
@@ -350,12 +349,12 @@ var _ = Describe("AgentRun API faults", func() {
 		run := newRun(ns, "labelled-transcript", model.URL, ts, "step")
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		Eventually(arrived, eventually).Should(BeClosed())
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "labelled-transcript-transcript"}}
+		cm := &toolnexusv1alpha1.AgentRunRecord{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "labelled-transcript"}}
 		Expect(k8sClient.Patch(ctx, cm, client.RawPatch(types.MergePatchType,
 			[]byte(`{"metadata":{"labels":{"backup.example.com/include":"true"}}}`)))).To(Succeed())
 		release()
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
-		// A conflict on the transcript would throw the second model turn away and ask again: the
+		// A conflict on the record would throw the second model turn away and ask again: the
 		// model's second answer (call_2) would never run.
 		Expect(getRun(run).Status.Turns).To(Equal(int32(3)))
 		Expect(getRun(run).Status.ToolCallCount).To(Equal(int32(2)), "the second turn's tool call ran")
@@ -390,7 +389,7 @@ var _ = Describe("AgentRun API faults", func() {
 		Expect(reconcileCounter("controller_runtime_reconcile_panics_total")).To(Equal(panics))
 		// envtest runs no garbage collector: whatever the run owned must name its UID, so that a
 		// cluster's collector removes it.
-		var cms corev1.ConfigMapList
+		var cms toolnexusv1alpha1.AgentRunRecordList
 		Expect(k8sClient.List(ctx, &cms, client.InNamespace(ns), client.MatchingLabels{toolnexusv1alpha1.RunLabel: "doomed"})).To(Succeed())
 		for _, cm := range cms.Items {
 			Expect(cm.OwnerReferences).To(ConsistOf(HaveField("UID", uid)))

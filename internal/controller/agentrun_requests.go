@@ -18,7 +18,7 @@ import (
 	"github.com/toolnexus/operator/internal/tools"
 )
 
-// requestsOf lists the run's PendingRequests from the cache, by name.
+// requestsOf lists the PendingRequests the run controls (owner UID and all), from the cache, by name.
 func (r *AgentRunReconciler) requestsOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (map[string]*toolnexusv1alpha1.PendingRequest, error) {
 	var list toolnexusv1alpha1.PendingRequestList
 	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{ownerRunIndexField: run.Name}); err != nil {
@@ -34,43 +34,43 @@ func (r *AgentRunReconciler) requestsOf(ctx context.Context, run *toolnexusv1alp
 	return out, nil
 }
 
-// consumeAnswers hands every answered, expired or deleted request of a suspended call to the loop,
-// exactly once: the loop state records the answer, and the record is saved before the request is
-// marked Resolved.
+// consumeAnswers hands every answered, expired or deleted request of a suspended call to the loop.
+// An answer is read only from the request the record says this run created for the call (same
+// name, same UID), and only when that request shows the call the record holds, so what runs is
+// what the answerer saw; any other request ends the run (StateMismatch) and nothing runs.
 func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error {
 	st := s.rec.State
 	for _, call := range st.Suspended() {
-		name, announced := s.rec.Announced[call.ID]
-		if !announced {
+		if call.Announced == nil {
 			continue
 		}
+		name := call.Announced.Name
 		preq := s.requests[name]
 		if preq == nil {
-			gone, err := r.requestGone(ctx, s.run.Namespace, name)
-			if err != nil || !gone {
+			live, err := r.liveRequest(ctx, s.run.Namespace, name)
+			if err != nil {
 				return err
 			}
-			r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRequestDeleted, actionAnswer,
-				"PendingRequest %s was deleted before it was answered; the model is told the call was declined", name)
-			r.hand(s, call, tools.AnswerDeclined(call.Request.ID, "the PendingRequest was deleted"), name)
+			if live != nil && string(live.UID) == call.Announced.UID {
+				continue // the cache has not seen it yet
+			}
+			if live != nil {
+				r.fail(s, mismatch("PendingRequest %s is not the request this run created for call %s (it was replaced)", name, call.ID))
+				return nil
+			}
+			s.event(func() {
+				r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRequestDeleted, actionAnswer,
+					"PendingRequest %s was deleted before it was answered; the model is told the call was declined", name)
+			})
+			r.hand(s, call, tools.AnswerDeclined(call.Request.ID, "the PendingRequest was deleted"))
 			continue
 		}
+		if err := verifyRequest(call, preq); err != nil {
+			r.fail(s, err)
+			return nil
+		}
 		if preq.Status.Answer != nil {
-			a, err := answerOf(preq.Status.Answer)
-			if err == nil {
-				err = st.Answer(call.ID, a)
-			}
-			if err != nil {
-				// Admission should have refused this answer; it is immutable now, so the call must
-				// not wait forever: the model is told the answer was unusable.
-				r.Recorder.Eventf(preq, s.run, corev1.EventTypeWarning, EventInvalidAnswer, actionAnswer, "The answer cannot be used: %v", err)
-				r.hand(s, call, tools.AnswerDeclined(call.Request.ID, "invalid answer: "+err.Error()), name)
-				continue
-			}
-			s.markConsumed(name)
-			r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, outcomeOf(a)).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
-			r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventRequestAnswered, actionAnswer,
-				"PendingRequest %s answered by %s (ok: %t)", name, answererOf(preq), a.OK)
+			r.consume(s, call, preq)
 			continue
 		}
 		if exp := expiresAt(preq); exp.IsZero() || s.now.Before(exp) {
@@ -79,26 +79,78 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error
 		if err := r.expire(ctx, preq, s.now); err != nil {
 			return err
 		}
-		r.Recorder.Eventf(s.run, preq, corev1.EventTypeWarning, EventRequestExpired, actionAnswer, "PendingRequest %s expired unanswered", name)
-		r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, tools.ReasonExpired).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
-		r.hand(s, call, tools.AnswerDeclined(call.Request.ID, tools.ReasonExpired), name)
+		s.event(func() {
+			r.Recorder.Eventf(s.run, preq, corev1.EventTypeWarning, EventRequestExpired, actionAnswer, "PendingRequest %s expired unanswered", name)
+			r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, tools.ReasonExpired).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
+		})
+		r.hand(s, call, tools.AnswerDeclined(call.Request.ID, tools.ReasonExpired))
 		if p := s.run.Spec.Suspension; p != nil && p.OnTimeout == toolnexusv1alpha1.OnTimeoutFail {
-			s.rec.Outcome = &outcome{Reason: toolnexusv1alpha1.ReasonRequestExpired,
-				Message: fmt.Sprintf("PendingRequest %s expired unanswered and spec.suspension.onTimeout is Fail", name)}
+			st.End(toolnexusv1alpha1.ReasonRequestExpired,
+				fmt.Sprintf("PendingRequest %s expired unanswered and spec.suspension.onTimeout is Fail", name))
 		}
 	}
 	return nil
+}
+
+// consume records the answer of a verified request.
+func (r *AgentRunReconciler) consume(s *scope, call loop.Call, preq *toolnexusv1alpha1.PendingRequest) {
+	a, err := answerOf(preq.Status.Answer)
+	if err == nil {
+		err = s.rec.State.Answer(call.ID, a)
+	}
+	if err != nil {
+		// Admission should have refused this answer; it is immutable now, so the call must not wait
+		// forever: the model is told the answer was unusable.
+		s.event(func() {
+			r.Recorder.Eventf(preq, s.run, corev1.EventTypeWarning, EventInvalidAnswer, actionAnswer, "The answer cannot be used: %v", err)
+		})
+		r.hand(s, call, tools.AnswerDeclined(call.Request.ID, "invalid answer: "+err.Error()))
+		return
+	}
+	s.dirty = true
+	s.event(func() {
+		r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, outcomeOf(a)).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
+		r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventRequestAnswered, actionAnswer,
+			"PendingRequest %s answered by %s (ok: %t)", preq.Name, answererOf(preq), a.OK)
+	})
+}
+
+// verifyRequest checks that preq is the request this run created for call, showing the call the
+// record holds: same object (UID), same call, same request, and exactly the arguments the retry
+// will run with.
+func verifyRequest(call loop.Call, preq *toolnexusv1alpha1.PendingRequest) error {
+	tc, rq := preq.Spec.ToolCall, preq.Spec.Request
+	switch {
+	case string(preq.UID) != call.Announced.UID:
+		return mismatch("PendingRequest %s is not the request this run created for call %s (it was replaced)", preq.Name, call.ID)
+	case tc.ID != call.ID || tc.Name != call.Name:
+		return mismatch("PendingRequest %s shows call %s of %s, the run's record holds call %s of %s", preq.Name, tc.ID, tc.Name, call.ID, call.Name)
+	case rq.ID != call.Request.ID || rq.Kind != call.Request.Kind:
+		return mismatch("PendingRequest %s shows request %s (%s), the run's record holds request %s (%s)", preq.Name, rq.ID, rq.Kind, call.Request.ID, call.Request.Kind)
+	case tc.Arguments != call.Args:
+		return mismatch("PendingRequest %s shows other arguments for call %s than the run's record holds; the call does not run", preq.Name, call.ID)
+	}
+	return nil
+}
+
+// fail ends the run closed: nothing runs, its requests are cancelled, status says why.
+func (r *AgentRunReconciler) fail(s *scope, err error) {
+	reason := toolnexusv1alpha1.ReasonStateMismatch
+	if bad, ok := err.(*corruptError); ok {
+		reason = bad.reason
+	}
+	s.rec.State.End(reason, truncate(err.Error(), 1024))
+	s.dirty = true
 }
 
 // nearestExpiry is when the first of the run's open requests expires; zero when none does.
 func nearestExpiry(s *scope) time.Time {
 	var wake time.Time
 	for _, call := range s.rec.State.Suspended() {
-		preq := s.requests[s.rec.Announced[call.ID]]
-		if preq == nil {
+		if call.Announced == nil || s.requests[call.Announced.Name] == nil {
 			continue
 		}
-		if exp := expiresAt(preq); !exp.IsZero() && (wake.IsZero() || exp.Before(wake)) {
+		if exp := expiresAt(s.requests[call.Announced.Name]); !exp.IsZero() && (wake.IsZero() || exp.Before(wake)) {
 			wake = exp
 		}
 	}
@@ -106,26 +158,23 @@ func nearestExpiry(s *scope) time.Time {
 }
 
 // hand records a refusal the controller decided on (expiry, deletion, an unusable answer).
-func (r *AgentRunReconciler) hand(s *scope, call loop.Call, a tools.Answer, name string) {
+func (r *AgentRunReconciler) hand(s *scope, call loop.Call, a tools.Answer) {
 	if err := s.rec.State.Answer(call.ID, a); err == nil {
-		s.markConsumed(name)
+		s.dirty = true
 	}
 }
 
-func (s *scope) markConsumed(name string) {
-	if s.consumed == nil {
-		s.consumed = map[string]bool{}
-	}
-	s.consumed[name] = true
-}
-
-// requestGone confirms, around the cache, that a request the run created no longer exists.
-func (r *AgentRunReconciler) requestGone(ctx context.Context, namespace, name string) (bool, error) {
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &toolnexusv1alpha1.PendingRequest{})
+// liveRequest reads a request around the cache; nil when it does not exist.
+func (r *AgentRunReconciler) liveRequest(ctx context.Context, namespace, name string) (*toolnexusv1alpha1.PendingRequest, error) {
+	preq := &toolnexusv1alpha1.PendingRequest{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, preq)
 	if apierrors.IsNotFound(err) {
-		return true, nil
+		return nil, nil
 	}
-	return false, err
+	if err != nil {
+		return nil, fmt.Errorf("reading PendingRequest %s: %w", name, err)
+	}
+	return preq, nil
 }
 
 // expire answers a request {ok: false, reason: expired} as system:expired.
@@ -144,86 +193,72 @@ func (r *AgentRunReconciler) expire(ctx context.Context, preq *toolnexusv1alpha1
 	return nil
 }
 
-// announce creates the PendingRequest of every suspended call that has none yet. It runs after the
-// record that holds the suspension was saved, so a crash in between re-creates the same request
-// (deterministic name) instead of losing it.
+// announce creates the PendingRequest of every suspended call that has none yet and marks the
+// call with it. It runs after the record that holds the suspension was saved, so a crash in
+// between re-creates the same request (deterministic name and spec). A request that already
+// exists is adopted only when this run controls it and its spec is the one the run would
+// create; anything else ends the run closed, naming the object.
 func (r *AgentRunReconciler) announce(ctx context.Context, s *scope) error {
-	changed := false
-	for _, call := range s.rec.State.Suspended() {
-		if _, done := s.rec.Announced[call.ID]; done {
+	st := s.rec.State
+	for i := range st.Calls {
+		call := &st.Calls[i]
+		if call.Phase != loop.PhaseSuspended || call.Announced != nil {
 			continue
 		}
-		preq, err := newPendingRequest(s.run, s.rec.State.Turn, call, s.now)
+		preq, err := newPendingRequest(s.run, st.Turn, *call)
 		if err != nil {
 			return err
 		}
 		if err := controllerutil.SetControllerReference(s.run, preq, r.Scheme); err != nil {
 			return err
 		}
+		want := preq.Spec
 		err = r.Create(ctx, preq)
 		if apierrors.IsAlreadyExists(err) {
 			// Created before a crash, possibly answered since: read it as it is now.
-			err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(preq), preq)
+			if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(preq), preq); err == nil {
+				if !metav1.IsControlledBy(preq, s.run) || !equality.Semantic.DeepEqual(preq.Spec, want) {
+					r.fail(s, mismatch("PendingRequest %s exists but is not the request this run would create for call %s; delete it or rename the run", preq.Name, call.ID))
+					return nil
+				}
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("creating PendingRequest %s: %w", preq.Name, err)
 		}
 		s.requests[preq.Name] = preq
-		if s.rec.Announced == nil {
-			s.rec.Announced = map[string]string{}
-		}
-		s.rec.Announced[call.ID] = preq.Name
-		changed = true
-		r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventToolSuspended, actionStep,
-			"Tool %s suspended (%s); answer PendingRequest %s", call.Name, call.Request.Kind, preq.Name)
+		call.Announced = &loop.Announcement{Name: preq.Name, UID: string(preq.UID)}
+		s.dirty = true
+		name, tool, kind := preq.Name, call.Name, call.Request.Kind
+		s.event(func() {
+			r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventToolSuspended, actionStep,
+				"Tool %s suspended (%s); answer PendingRequest %s", tool, kind, name)
+		})
 	}
-	if !changed {
+	if !s.dirty {
 		return nil
 	}
 	return r.save(ctx, s)
 }
 
-// syncRequests keeps each request's phase and Answered/Resolved conditions in step with the run.
+// syncRequests projects the saved state onto the run's requests: a request is open while the
+// call it was created for still waits on it; once the saved state holds its answer (or the turn
+// moved on, or the run ended) it is Resolved.
 func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 	waiting := map[string]bool{}
-	ended := s.rec.Outcome != nil || s.rec.State.Status != ""
-	for _, c := range s.rec.State.Calls {
-		if c.Phase == loop.PhaseSuspended || c.Phase == loop.PhaseAnswered {
-			waiting[s.rec.Announced[c.ID]] = !s.consumed[s.rec.Announced[c.ID]] && c.Phase == loop.PhaseSuspended
+	if !s.rec.State.Ended() {
+		for _, c := range s.rec.State.Suspended() {
+			if c.Announced != nil {
+				waiting[c.Announced.Name+"/"+c.Announced.UID] = true
+			}
 		}
 	}
 	for name, preq := range s.requests {
 		if preq.ResourceVersion == "" {
 			continue // created this reconcile; its first status comes with the next event
 		}
-		open := waiting[name] && !ended
 		before := preq.DeepCopy()
-		cancelled := !open && preq.Status.Answer == nil
-		preq.Status.Phase = requestPhase(preq, cancelled)
-		preq.Status.ObservedGeneration = preq.Generation
-		answered := metav1.Condition{Type: toolnexusv1alpha1.ConditionAnswered, Status: metav1.ConditionFalse,
-			Reason: toolnexusv1alpha1.ReasonAwaitingAnswer, Message: "Waiting for status.answer", ObservedGeneration: preq.Generation}
-		if a := preq.Status.Answer; a != nil {
-			answered.Status, answered.Reason, answered.Message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonApproved, "Answered ok by "+answererOf(preq)
-			if !a.OK {
-				answered.Reason, answered.Message = toolnexusv1alpha1.ReasonDeclined, "Declined by "+answererOf(preq)
-				if preq.Status.Phase == toolnexusv1alpha1.RequestPhaseExpired {
-					answered.Reason, answered.Message = toolnexusv1alpha1.ReasonExpired, "Expired unanswered"
-				}
-			}
-		} else if cancelled {
-			answered.Reason, answered.Message = toolnexusv1alpha1.ReasonRunGone, "The run ended before an answer came"
-		}
-		meta.SetStatusCondition(&preq.Status.Conditions, answered)
-		resolved := metav1.Condition{Type: toolnexusv1alpha1.ConditionResolved, Status: metav1.ConditionFalse,
-			Reason: toolnexusv1alpha1.ReasonAnswerPending, Message: "The run has not consumed an answer yet", ObservedGeneration: preq.Generation}
-		if !open {
-			resolved.Status, resolved.Reason, resolved.Message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswerConsumed, "The run has consumed the answer"
-			if cancelled {
-				resolved.Reason, resolved.Message = toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled"
-			}
-		}
-		meta.SetStatusCondition(&preq.Status.Conditions, resolved)
+		setRequestStatus(preq, waiting[name+"/"+string(preq.UID)])
 		if equality.Semantic.DeepEqual(before.Status, preq.Status) {
 			continue
 		}
@@ -234,19 +269,49 @@ func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// setRequestStatus derives a request's phase and its Answered and Resolved conditions; open says
+// whether its call still waits on it in the saved state.
+func setRequestStatus(preq *toolnexusv1alpha1.PendingRequest, open bool) {
+	cancelled := !open && preq.Status.Answer == nil
+	preq.Status.Phase = requestPhase(preq, cancelled)
+	preq.Status.ObservedGeneration = preq.Generation
+	answered := metav1.Condition{Type: toolnexusv1alpha1.ConditionAnswered, Status: metav1.ConditionFalse,
+		Reason: toolnexusv1alpha1.ReasonAwaitingAnswer, Message: "Waiting for status.answer", ObservedGeneration: preq.Generation}
+	if a := preq.Status.Answer; a != nil {
+		answered.Status, answered.Reason, answered.Message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonApproved, "Answered ok by "+answererOf(preq)
+		if !a.OK {
+			answered.Reason, answered.Message = toolnexusv1alpha1.ReasonDeclined, "Declined by "+answererOf(preq)
+			if preq.Status.Phase == toolnexusv1alpha1.RequestPhaseExpired {
+				answered.Reason, answered.Message = toolnexusv1alpha1.ReasonExpired, "Expired unanswered"
+			}
+		}
+	} else if cancelled {
+		answered.Reason, answered.Message = toolnexusv1alpha1.ReasonRunGone, "The run ended before an answer came"
+	}
+	meta.SetStatusCondition(&preq.Status.Conditions, answered)
+	resolved := metav1.Condition{Type: toolnexusv1alpha1.ConditionResolved, Status: metav1.ConditionFalse,
+		Reason: toolnexusv1alpha1.ReasonAnswerPending, Message: "The run has not consumed an answer yet", ObservedGeneration: preq.Generation}
+	if !open {
+		resolved.Status, resolved.Reason, resolved.Message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswerConsumed, "The run has consumed the answer"
+		if cancelled {
+			resolved.Reason, resolved.Message = toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled"
+		}
+	}
+	meta.SetStatusCondition(&preq.Status.Conditions, resolved)
+}
+
 // openSummaries lists the run's open requests for status.pending, in call order.
 func openSummaries(s *scope) []toolnexusv1alpha1.PendingSummary {
-	if s.rec.Outcome != nil || s.rec.State.Status != "" {
+	if s.rec.State.Ended() {
 		return nil
 	}
 	var out []toolnexusv1alpha1.PendingSummary
 	for _, c := range s.rec.State.Suspended() {
-		name, ok := s.rec.Announced[c.ID]
-		if !ok {
+		if c.Announced == nil {
 			continue
 		}
 		out = append(out, toolnexusv1alpha1.PendingSummary{
-			Name: name, Kind: c.Request.Kind, Prompt: truncate(c.Request.Prompt, maxStatusPrompt), URL: c.Request.URL, ToolCallID: c.ID,
+			Name: c.Announced.Name, Kind: c.Request.Kind, Prompt: truncate(c.Request.Prompt, maxStatusPrompt), URL: c.Request.URL, ToolCallID: c.ID,
 		})
 	}
 	return out

@@ -79,11 +79,11 @@ var _ = Describe("Secrets", func() {
 		for _, e := range events.Items {
 			haystack = append(haystack, e.Note, e.Reason)
 		}
-		var cms corev1.ConfigMapList
-		Expect(k8sClient.List(ctx, &cms, client.InNamespace(ns), client.MatchingLabels{toolnexusv1alpha1.RunLabel: "leaky"})).To(Succeed())
-		Expect(cms.Items).NotTo(BeEmpty())
-		for _, cm := range cms.Items {
-			zr, err := gzip.NewReader(bytes.NewReader(cm.BinaryData["record.json.gz"]))
+		var recs toolnexusv1alpha1.AgentRunRecordList
+		Expect(k8sClient.List(ctx, &recs, client.InNamespace(ns), client.MatchingLabels{toolnexusv1alpha1.RunLabel: "leaky"})).To(Succeed())
+		Expect(recs.Items).NotTo(BeEmpty())
+		for _, rec := range recs.Items {
+			zr, err := gzip.NewReader(bytes.NewReader(rec.Data))
 			Expect(err).NotTo(HaveOccurred())
 			transcript, err := io.ReadAll(zr)
 			Expect(err).NotTo(HaveOccurred())

@@ -48,14 +48,14 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 		PromptTokens: int64(st.Usage.PromptTokens), CompletionTokens: int64(st.Usage.CompletionTokens),
 		TotalTokens: int64(st.Usage.TotalTokens),
 	}
-	s.ModelFailures = int32(rec.ModelFailures)
+	s.ModelFailures = int32(st.ModelFailures)
 	s.ToolCalls = toolCallSummaries(st.ToolCalls)
 	if len(open) > maxStatusPending {
 		open = open[:maxStatusPending]
 	}
 	s.Pending, s.PendingCount = open, int32(len(open))
 	if rec.started() {
-		s.TranscriptRef = &toolnexusv1alpha1.TranscriptReference{Name: transcriptName(run)}
+		s.TranscriptRef = &toolnexusv1alpha1.TranscriptReference{Name: recordName(run.Name, 0)}
 		if s.StartTime == nil {
 			s.StartTime = &metav1.Time{Time: now}
 		}
@@ -64,8 +64,8 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 	succeeded := metav1.Condition{Type: toolnexusv1alpha1.ConditionSucceeded, ObservedGeneration: gen}
 	s.Limit, s.Text = "", ""
 	switch {
-	case rec.Outcome != nil:
-		succeeded.Status, succeeded.Reason, succeeded.Message = metav1.ConditionFalse, rec.Outcome.Reason, rec.Outcome.Message
+	case st.Outcome != nil:
+		succeeded.Status, succeeded.Reason, succeeded.Message = metav1.ConditionFalse, st.Outcome.Reason, st.Outcome.Message
 		s.Phase, s.Result = toolnexusv1alpha1.RunPhaseFailed, ""
 	case st.Status == loop.StatusDone:
 		succeeded.Status, succeeded.Reason, succeeded.Message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonCompleted, "The model gave its final answer"

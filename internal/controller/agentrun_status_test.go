@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
@@ -60,8 +59,7 @@ func TestSetStatus(t *testing.T) {
 				"Succeeded": "False/MaxTurns", "Suspended": "False/NoOpenRequests", "Stalled": "True/MaxTurns"}},
 		},
 		"failed, open requests dropped": {
-			rec: runRecord{State: &loop.State{Turn: 1}, head: savedHead,
-				Outcome: &outcome{Reason: toolnexusv1alpha1.ReasonModelError, Message: "HTTP 400"}},
+			rec: runRecord{State: &loop.State{Turn: 1, Outcome: &loop.Outcome{Reason: toolnexusv1alpha1.ReasonModelError, Message: "HTTP 400"}}, head: savedHead},
 			want: want{phase: toolnexusv1alpha1.RunPhaseFailed, conditions: map[string]string{
 				"Succeeded": "False/ModelError", "Suspended": "False/NoOpenRequests", "Stalled": "True/ModelError"}},
 		},
@@ -70,7 +68,7 @@ func TestSetStatus(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			run := &toolnexusv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "r", Generation: 1}}
 			open := tc.open
-			if tc.rec.Outcome != nil || tc.rec.State.Status != "" {
+			if tc.rec.State.Ended() {
 				open = nil
 			}
 			setStatus(run, &tc.rec, open, tc.progress, now)
@@ -133,4 +131,4 @@ func TestRequestName(t *testing.T) {
 }
 
 // savedHead stands for a record that has been saved once.
-var savedHead = &corev1.ConfigMap{}
+var savedHead = &toolnexusv1alpha1.AgentRunRecord{}

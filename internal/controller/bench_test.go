@@ -14,6 +14,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/record"
 )
 
 // The benchmarks here measure what persisting a run's state costs per step as its transcript
@@ -88,7 +89,7 @@ var benchTurns = []int{10, 100, 500, 2000}
 // BenchmarkSaveRecord reports, per transcript length (turns of one tool call with 1 KiB of
 // output each), the cost of one step's persistence:
 //   - encode: JSON + gzip of the head (the CPU the manager spends per save);
-//   - save: encode plus the ConfigMap update through the (fake) client;
+//   - save: encode plus the AgentRunRecord update through the (fake) client;
 //   - load: the uncached read at the start of every reconcile, which also reads every sealed
 //     segment, so it grows linearly with the transcript.
 //
@@ -97,18 +98,18 @@ func BenchmarkSaveRecord(b *testing.B) {
 	ctx := context.Background()
 	for _, turns := range benchTurns {
 		r, run, rec := benchRun(b, turns, 1024)
-		head, err := rec.encodeHead()
+		head, _, err := record.EncodeHead(rec.State, rec.segments)
 		if err != nil {
 			b.Fatal(err)
 		}
 		report := func(b *testing.B) {
 			b.ReportMetric(float64(len(head))/1024, "headKiB")
-			b.ReportMetric(float64(len(rec.Segments)), "segments")
+			b.ReportMetric(float64(len(rec.segments)), "segments")
 		}
 		b.Run(fmt.Sprintf("encode/turns=%d", turns), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := rec.encodeHead(); err != nil {
+				if _, _, err := record.EncodeHead(rec.State, rec.segments); err != nil {
 					b.Fatal(err)
 				}
 			}

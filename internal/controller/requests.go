@@ -12,6 +12,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
@@ -40,36 +41,45 @@ func requestName(run string, turn int, callID string) string {
 	return name + suffix
 }
 
-// newPendingRequest builds the PendingRequest for a suspended call of the current turn.
-func newPendingRequest(run *toolnexusv1alpha1.AgentRun, turn int, call loop.Call, now time.Time) (*toolnexusv1alpha1.PendingRequest, error) {
+// newPendingRequest builds the PendingRequest for a suspended call of the current turn. Everything
+// in it comes from the saved state and the run's immutable spec, so building it again after a
+// crash gives the same object. It shows the arguments the retry will run with, whole.
+func newPendingRequest(run *toolnexusv1alpha1.AgentRun, turn int, call loop.Call) (*toolnexusv1alpha1.PendingRequest, error) {
 	req := call.Request
 	data, err := rawJSON(req.Data)
 	if err != nil {
 		return nil, fmt.Errorf("request data of call %s: %w", call.ID, err)
 	}
+	id := call.ID
+	if call.Approval != nil {
+		// The tool's own suspension after its gate was approved: the gate's request has the plain name.
+		id += "/tool"
+	}
 	preq := &toolnexusv1alpha1.PendingRequest{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: requestName(run.Name, turn, call.ID), Namespace: run.Namespace,
-			Labels: map[string]string{toolnexusv1alpha1.RunLabel: run.Name},
+			Name: requestName(run.Name, turn, id), Namespace: run.Namespace, Labels: runLabels(run),
 		},
 		Spec: toolnexusv1alpha1.PendingRequestSpec{
 			RunRef:   toolnexusv1alpha1.RunReference{Name: run.Name},
-			ToolCall: toolnexusv1alpha1.ToolCall{ID: call.ID, Name: call.Name, Arguments: truncate(call.Arguments, 65536)},
+			ToolCall: toolnexusv1alpha1.ToolCall{ID: call.ID, Name: call.Name, Arguments: call.Args},
 			Request: toolnexusv1alpha1.Request{
 				ID: req.ID, Kind: req.Kind, Prompt: truncate(req.Prompt, 16384), URL: req.URL, Data: data,
 				ExpiresAt: req.ExpiresAt,
 			},
 		},
 	}
-	if s := run.Spec.Suspension; s != nil {
-		if s.Timeout != nil && preq.Spec.Request.ExpiresAt == "" {
-			preq.Spec.Request.ExpiresAt = now.Add(s.Timeout.Duration).UTC().Format(time.RFC3339)
-		}
-		if s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0) {
-			preq.Spec.Approvers = s.Approvers.DeepCopy()
-		}
+	if s := run.Spec.Suspension; s != nil && s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0) {
+		preq.Spec.Approvers = s.Approvers.DeepCopy()
 	}
 	return preq, nil
+}
+
+// runLabels labels an object with its run's name, when the name fits in a label value.
+func runLabels(run *toolnexusv1alpha1.AgentRun) map[string]string {
+	if len(validation.IsValidLabelValue(run.Name)) > 0 {
+		return nil
+	}
+	return map[string]string{toolnexusv1alpha1.RunLabel: run.Name}
 }
 
 func rawJSON(v map[string]any) (*apiextensionsv1.JSON, error) {

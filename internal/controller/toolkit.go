@@ -22,13 +22,20 @@ import (
 
 const defaultModelTimeout = 120 * time.Second
 
-// missingSecretError says which Secret reference cannot be resolved. The run waits for it.
+// missingSecretError says which Secret reference cannot be resolved: the Secret or its key is
+// missing (reason SecretNotFound), or the Secret lacks the label the manager requires (reason
+// SecretNotAllowed). The run waits for it.
 type missingSecretError struct {
-	ref  toolnexusv1alpha1.SecretKeyReference
-	what string
+	ref    toolnexusv1alpha1.SecretKeyReference
+	what   string
+	reason string
 }
 
 func (e *missingSecretError) Error() string {
+	if e.reason == toolnexusv1alpha1.ReasonSecretNotAllowed {
+		return fmt.Sprintf("%s: Secret %q is not labelled %s=true, which this manager requires of Secrets that runs read",
+			e.what, e.ref.Name, toolnexusv1alpha1.SecretAccessLabel)
+	}
 	return fmt.Sprintf("%s: Secret %q has no key %q (or does not exist) in the run's namespace", e.what, e.ref.Name, e.ref.Key)
 }
 
@@ -46,14 +53,17 @@ func (r *AgentRunReconciler) readSecret(ctx context.Context, namespace string, r
 	// of a Secret gets none, so no verbosity level ever prints a value.
 	err := r.APIReader.Get(ctrl.LoggerInto(ctx, logr.Discard()), client.ObjectKey{Namespace: namespace, Name: ref.Name}, s)
 	if apierrors.IsNotFound(err) {
-		return "", &missingSecretError{ref: ref, what: what}
+		return "", &missingSecretError{ref: ref, what: what, reason: toolnexusv1alpha1.ReasonSecretNotFound}
 	}
 	if err != nil {
 		return "", fmt.Errorf("%s: reading Secret %q: %w", what, ref.Name, err)
 	}
+	if r.RequireSecretLabel && s.Labels[toolnexusv1alpha1.SecretAccessLabel] != "true" {
+		return "", &missingSecretError{ref: ref, what: what, reason: toolnexusv1alpha1.ReasonSecretNotAllowed}
+	}
 	v, ok := s.Data[ref.Key]
 	if !ok {
-		return "", &missingSecretError{ref: ref, what: what}
+		return "", &missingSecretError{ref: ref, what: what, reason: toolnexusv1alpha1.ReasonSecretNotFound}
 	}
 	return string(v), nil
 }
@@ -139,6 +149,7 @@ func (r *AgentRunReconciler) buildRuntime(ctx context.Context, run *toolnexusv1a
 		SystemPrompt: spec.SystemPrompt, MaxTurns: int(spec.MaxTurns), Hooks: hooks,
 		RequestTimeout: durationOr(spec.Model.RequestTimeout, defaultModelTimeout), HTTPClient: r.HTTPClient,
 		IdempotencyPrefix: string(run.UID), OnEvent: observe, Clock: r.Clock.Now,
+		SuspensionTimeout: suspensionTimeout(spec.Suspension), MaxToolCallsPerTurn: r.MaxToolCallsPerTurn,
 	})
 	if err != nil {
 		return nil, &specError{err}
@@ -218,6 +229,14 @@ func jsonObject(j *apiextensionsv1.JSON) map[string]any {
 		return nil
 	}
 	return m
+}
+
+// suspensionTimeout is how long the run's requests wait before they expire; 0 is forever.
+func suspensionTimeout(p *toolnexusv1alpha1.SuspensionPolicy) time.Duration {
+	if p == nil {
+		return 0
+	}
+	return durationOr(p.Timeout, 0)
 }
 
 // durationOr returns d, or def when d is unset.

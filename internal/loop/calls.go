@@ -6,34 +6,51 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/toolnexus/operator/internal/tools"
 )
 
-// outcome is what executing one call produced; runCalls applies it to the state afterwards, so
+// MaxShownArguments bounds the arguments of a call that waits for an answer: its answerer must see
+// them whole (a PendingRequest shows at most this much), since the retry runs with exactly them.
+const MaxShownArguments = 64 << 10
+
+// execution is what executing one call produced; runCalls applies it to the state afterwards, so
 // the goroutines never write to the state.
-type outcome struct {
+type execution struct {
 	result tools.ToolResult
-	// args is set when BeforeTool rewrote the arguments.
+	// args are the arguments the call ran with (after BeforeTool).
 	args  map[string]any
 	gated bool
-	event Event
-	err   error
+	// retried is set when the call ran with its own answer: a suspension then is unresolved.
+	retried bool
+	event   Event
+	err     error
 }
 
-// runCalls executes every queued and answered call of the turn concurrently, then records the
-// outcomes; once every call is done, the turn's results join the transcript.
+// runCalls executes every queued and answered call of the turn, at most Options.MaxParallelTools
+// at once, then records the outcomes; once every call is done, the turn's results join the
+// transcript.
 func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]Call, error) {
 	turn := st.Turn - 1 // hooks see the 0-based turn that requested the calls
-	outs := make([]*outcome, len(st.Calls))
+	outs := make([]*execution, len(st.Calls))
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, c.opts.MaxParallelTools)
 	for i, call := range st.Calls {
+		var run func() *execution
 		switch call.Phase {
 		case PhaseQueued:
-			wg.Go(func() { outs[i] = c.executeFirst(ctx, call, tk, turn) })
+			run = func() *execution { return c.executeFirst(ctx, call, tk, turn) }
 		case PhaseAnswered:
-			wg.Go(func() { outs[i] = c.executeWithAnswer(ctx, call, tk, turn) })
+			run = func() *execution { return c.executeWithAnswer(ctx, call, tk, turn) }
+		default:
+			continue
 		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			outs[i] = run()
+		})
 	}
 	wg.Wait()
 	for _, o := range outs {
@@ -48,12 +65,9 @@ func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]
 		}
 		c.emit(o.event)
 		call := &st.Calls[i]
-		if req := tools.PendingOf(o.result); req != nil {
-			if req.ID == "" {
-				req.ID = "pending:" + call.ID // the answer must be able to echo it
-			}
-			call.Phase, call.Request, call.Args, call.Gated = PhaseSuspended, req, o.args, o.gated
-			suspended = append(suspended, *call)
+		if sc, ok := c.suspend(call, o); ok {
+			*call = sc
+			suspended = append(suspended, sc)
 			continue
 		}
 		res := o.result
@@ -65,13 +79,48 @@ func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]
 	return suspended, nil
 }
 
+// suspend returns call parked on the suspension o raised, or false when o is a result: o did not
+// suspend, or suspending is not allowed (a retry that suspends again is unresolved, and a call
+// whose arguments its answerer could not see whole cannot wait).
+func (c *Client) suspend(call *Call, o *execution) (Call, bool) {
+	req := tools.PendingOf(o.result)
+	if req == nil {
+		return Call{}, false
+	}
+	if o.retried {
+		o.result = tools.ToolResult{Output: "unresolved: " + call.Request.Prompt, IsError: true}
+		return Call{}, false
+	}
+	args, err := json.Marshal(o.args)
+	if err == nil && len(args) > MaxShownArguments {
+		err = fmt.Errorf("its arguments (%d bytes) exceed the %d bytes an answerer can be shown", len(args), MaxShownArguments)
+	}
+	if err != nil {
+		o.result = tools.ToolResult{Output: fmt.Sprintf("%s cannot wait for an answer: %v", call.Name, err), IsError: true}
+		return Call{}, false
+	}
+	if req.ID == "" {
+		req.ID = "pending:" + call.ID // the answer must be able to echo it
+	}
+	if req.ExpiresAt == "" && c.opts.SuspensionTimeout > 0 {
+		req.ExpiresAt = c.now().Add(c.opts.SuspensionTimeout).UTC().Format(time.RFC3339)
+	}
+	next := Call{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Args: string(args),
+		Phase: PhaseSuspended, Request: req, Gated: o.gated, Approval: call.Approval}
+	if call.Gated {
+		// The approved tool ran for the first time and suspended on its own: a new suspension.
+		next.Approval = call.Answer
+	}
+	return next, true
+}
+
 // executeFirst runs a queued call: BeforeTool, the tool, AfterTool. A suspension, from the tool or
 // from BeforeTool, is returned as is for runCalls to park.
-func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit, turn int) *outcome {
+func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit, turn int) *execution {
 	start := c.now()
 	tool, known := tk.Lookup(call.Name)
 	ev := Event{Kind: EventTool, Tool: call.Name, Source: tool.Source}
-	finish := func(o *outcome) *outcome {
+	finish := func(o *execution) *execution {
 		ev.Duration = c.now().Sub(start)
 		ev.Pending = tools.PendingOf(o.result) != nil
 		ev.IsError = o.result.IsError && !ev.Pending
@@ -80,27 +129,28 @@ func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit,
 	}
 	if !known {
 		// No hook runs for a tool that does not exist: there is nothing to gate or transform.
-		return finish(&outcome{result: tk.Execute(ctx, call.Name, nil, nil)})
+		return finish(&execution{result: tk.Execute(ctx, call.Name, nil, nil)})
 	}
 	args, err := parseArgs(call.Arguments)
 	if err != nil {
-		return finish(&outcome{result: tools.ToolResult{Output: fmt.Sprintf("invalid JSON arguments for %s: %v", call.Name, err), IsError: true}})
+		return finish(&execution{result: tools.ToolResult{Output: fmt.Sprintf("invalid JSON arguments for %s: %v", call.Name, err), IsError: true}})
 	}
-	o := &outcome{}
+	o := &execution{}
 	if h := c.opts.Hooks.BeforeTool; h != nil {
 		ov, err := h(ctx, BeforeToolEvent{Name: call.Name, Args: args, ID: call.ID, Turn: turn})
 		if err != nil {
-			return &outcome{err: fmt.Errorf("loop: BeforeTool hook for %s: %w", call.Name, err)}
+			return &execution{err: fmt.Errorf("loop: BeforeTool hook for %s: %w", call.Name, err)}
 		}
 		if ov != nil && ov.Args != nil {
-			args, o.args = ov.Args, ov.Args
+			args = ov.Args
 		}
 		if ov != nil && ov.Result != nil {
-			o.result = *ov.Result
+			o.result, o.args = *ov.Result, args
 			o.gated = tools.PendingOf(o.result) != nil
 			return finish(o)
 		}
 	}
+	o.args = args
 	o.result = tk.Execute(ctx, call.Name, args, &tools.ToolContext{CallID: call.ID, IdempotencyKey: c.idempotencyKey(call.ID)})
 	if tools.PendingOf(o.result) != nil {
 		return finish(o)
@@ -109,27 +159,34 @@ func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit,
 	return finish(o)
 }
 
-// executeWithAnswer runs an answered call once more with the answer attached (for a gated call,
-// for the first time). BeforeTool is not re-entered: the answer is the approval. As in toolnexus
-// Go, AfterTool sees the retry's result; a result that still suspends then becomes
-// "unresolved: <prompt>", so a call is never parked twice.
-func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Toolkit, turn int) *outcome {
+// executeWithAnswer runs an answered call with its answer attached and exactly the arguments its
+// answerer was shown. BeforeTool is not re-entered: the answer is the approval. For a gated call
+// this is the tool's first run, and a suspension then is the tool's own, returned as is; otherwise
+// it is the retry, and as in toolnexus Go AfterTool sees its result, which runCalls turns into
+// "unresolved: <prompt>" if it still suspends, so a suspension is never parked twice.
+func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Toolkit, turn int) *execution {
 	start := c.now()
 	tool, _ := tk.Lookup(call.Name)
-	args := call.Args
-	if args == nil {
-		args, _ = parseArgs(call.Arguments) // it parsed before the call suspended
+	o := &execution{retried: !call.Gated}
+	if err := json.Unmarshal([]byte(call.Args), &o.args); err != nil || o.args == nil {
+		// Only a damaged state lacks them: the call parked with its arguments.
+		o.result = tools.ToolResult{Output: fmt.Sprintf("%s: the arguments it was answered for are unreadable", call.Name), IsError: true}
+		return o
 	}
-	tc := &tools.ToolContext{CallID: call.ID, IdempotencyKey: c.idempotencyKey(call.ID) + "/answer", Answer: call.Answer}
-	res := tk.Execute(ctx, call.Name, args, tc)
-	ev := Event{Kind: EventTool, Tool: call.Name, Source: tool.Source, Duration: c.now().Sub(start)}
-	ev.Pending = tools.PendingOf(res) != nil
-	ev.IsError = res.IsError && !ev.Pending
-	res, err := c.afterTool(ctx, call, args, res, turn)
-	if tools.PendingOf(res) != nil {
-		res = tools.ToolResult{Output: "unresolved: " + call.Request.Prompt, IsError: true}
+	key := c.idempotencyKey(call.ID)
+	if o.retried {
+		key += "/answer"
 	}
-	return &outcome{result: res, event: ev, err: err}
+	tc := &tools.ToolContext{CallID: call.ID, IdempotencyKey: key, Answer: call.Answer}
+	o.result = tk.Execute(ctx, call.Name, o.args, tc)
+	o.event = Event{Kind: EventTool, Tool: call.Name, Source: tool.Source, Duration: c.now().Sub(start)}
+	o.event.Pending = tools.PendingOf(o.result) != nil
+	o.event.IsError = o.result.IsError && !o.event.Pending
+	if o.event.Pending && call.Gated {
+		return o
+	}
+	o.result, o.err = c.afterTool(ctx, call, o.args, o.result, turn)
+	return o
 }
 
 func (c *Client) afterTool(ctx context.Context, call Call, args map[string]any, res tools.ToolResult, turn int) (tools.ToolResult, error) {

@@ -82,7 +82,7 @@ func TestGatedCall(t *testing.T) {
 		want     toolResult
 	}{
 		{"approved runs once with the answer", tools.Answer{ID: "toolguard:call_1", OK: true},
-			[]string{"uid-1/call_1/answer"}, toolResult{ID: "call_1", Content: "deleted"}},
+			[]string{"uid-1/call_1"}, toolResult{ID: "call_1", Content: "deleted"}},
 		{"declined never runs", tools.AnswerDeclined("toolguard:call_1", ""),
 			nil, toolResult{ID: "call_1", Content: "declined/expired: Approve the call to delete_db?\nreason: declined"}},
 	}

@@ -346,6 +346,6 @@ func suspendedState(req tools.Request) *State {
 	st := NewState("go")
 	st.Turn = 1
 	st.Messages = append(st.Messages, Message{Role: RoleAssistant, ToolCalls: []MessageToolCall{{ID: "call_1", Name: "act", Arguments: "{}"}}})
-	st.Calls = []Call{{ID: "call_1", Name: "act", Arguments: "{}", Phase: PhaseSuspended, Request: &req}}
+	st.Calls = []Call{{ID: "call_1", Name: "act", Arguments: "{}", Args: "{}", Phase: PhaseSuspended, Request: &req}}
 	return st
 }

@@ -26,6 +26,11 @@ const (
 	DefaultMaxTurns  = 10
 	DefaultRetries   = 2
 	DefaultRetryBase = 500 * time.Millisecond
+	// DefaultMaxToolCallsPerTurn bounds the calls of one model turn that run; the model is told
+	// about the others.
+	DefaultMaxToolCallsPerTurn = 64
+	// DefaultMaxParallelTools bounds how many calls of one turn run at once.
+	DefaultMaxParallelTools = 8
 )
 
 var defaultBaseURL = map[string]string{
@@ -65,8 +70,16 @@ type Options struct {
 	// OnEvent receives an Event per model request and per tool execution, from the goroutine that
 	// called Step or Run.
 	OnEvent func(Event)
-	// Clock measures event durations; nil means time.Now.
+	// Clock measures event durations and stamps expiries; nil means time.Now.
 	Clock func() time.Time
+	// SuspensionTimeout, when positive, sets the expiry of a suspension whose tool gave none.
+	SuspensionTimeout time.Duration
+	// MaxToolCallsPerTurn bounds the calls of one model turn that run; 0 means
+	// DefaultMaxToolCallsPerTurn. The others get an error result naming the limit.
+	MaxToolCallsPerTurn int
+	// MaxParallelTools bounds how many calls of one turn run at once; 0 means
+	// DefaultMaxParallelTools.
+	MaxParallelTools int
 }
 
 // Client runs the loop against one model endpoint. It holds no per-run state, so one Client can
@@ -107,6 +120,12 @@ func New(opts Options) (*Client, error) {
 	}
 	if opts.RetryBase <= 0 {
 		opts.RetryBase = DefaultRetryBase
+	}
+	if opts.MaxToolCallsPerTurn <= 0 {
+		opts.MaxToolCallsPerTurn = DefaultMaxToolCallsPerTurn
+	}
+	if opts.MaxParallelTools <= 0 {
+		opts.MaxParallelTools = DefaultMaxParallelTools
 	}
 	if opts.BaseURL == "" {
 		opts.BaseURL = base

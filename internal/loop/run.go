@@ -49,10 +49,7 @@ func (c *Client) stepWithRetries(ctx context.Context, st *State, tk *tools.Toolk
 		if !retry || attempt >= c.opts.Retries || ctx.Err() != nil {
 			return err
 		}
-		if after == 0 {
-			after = c.opts.RetryBase << attempt
-		}
-		if err := c.sleep(ctx, after); err != nil {
+		if err := c.sleep(ctx, Backoff(c.opts.RetryBase, attempt+1, after)); err != nil {
 			return err
 		}
 	}

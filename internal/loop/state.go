@@ -72,15 +72,36 @@ type Call struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
-	// Args are the arguments after a BeforeTool rewrite; the retry with the answer must run the
-	// tool with these, not with the model's Arguments. Nil when nothing was rewritten.
-	Args    map[string]any    `json:"args,omitempty"`
+	// Args are the arguments the call runs with, as JSON text: the model's, or what BeforeTool
+	// rewrote them to (even to {}). Set when the call suspends; its answerer is shown exactly
+	// these, and the retry with the answer runs with exactly these.
+	Args    string            `json:"args,omitempty"`
 	Phase   Phase             `json:"phase"`
 	Request *tools.Request    `json:"request,omitempty"`
 	Answer  *tools.Answer     `json:"answer,omitempty"`
 	Result  *tools.ToolResult `json:"result,omitempty"`
 	// Gated marks a suspension raised by BeforeTool (an approval gate): the tool has not run yet.
 	Gated bool `json:"gated,omitempty"`
+	// Approval is the gate's answer once the approved tool, run for the first time, suspended on
+	// its own: the call then waits on a second request, the tool's own.
+	Approval *tools.Answer `json:"approval,omitempty"`
+	// Announced says where the host published the open suspension for its answerers (for the
+	// operator, the PendingRequest it created). The loop does not interpret it; the host reads
+	// answers only from the object named here.
+	Announced *Announcement `json:"announced,omitempty"`
+}
+
+// Announcement names the object a host published a suspension as.
+type Announcement struct {
+	Name string `json:"name"`
+	UID  string `json:"uid,omitempty"`
+}
+
+// Outcome is an end of the run that the host decided (a failure, a cancellation), as opposed to
+// the model's own end (StatusDone, StatusIncomplete).
+type Outcome struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
 }
 
 // State is the durable state of a run: plain JSON holding everything needed to continue it in a
@@ -101,6 +122,11 @@ type State struct {
 	Status string `json:"status,omitempty"`
 	Limit  string `json:"limit,omitempty"`
 	Text   string `json:"text,omitempty"`
+	// Outcome is set when the host ended the run (End); then no step runs.
+	Outcome *Outcome `json:"outcome,omitempty"`
+	// ModelFailures counts consecutive transient model failures (ModelFailed); a model turn that
+	// succeeds resets it.
+	ModelFailures int `json:"modelFailures,omitempty"`
 }
 
 // NewState starts a run with prompt as the first user turn.
@@ -127,7 +153,7 @@ const (
 // Next reports what Step would do now, without doing it.
 func (st *State) Next() Action {
 	switch {
-	case st.Status != "":
+	case st.Ended():
 		return ActionFinished
 	case len(st.Calls) == 0:
 		return ActionModelTurn
@@ -187,11 +213,11 @@ func (st *State) validate() error {
 		seen[c.ID] = true
 		switch {
 		case c.Phase == PhaseQueued:
-		case c.Phase == PhaseSuspended && c.Request != nil:
-		case c.Phase == PhaseAnswered && c.Request != nil && c.Answer != nil:
+		case c.Phase == PhaseSuspended && c.Request != nil && c.Args != "":
+		case c.Phase == PhaseAnswered && c.Request != nil && c.Answer != nil && c.Args != "":
 		case c.Phase == PhaseDone && c.Result != nil:
 		default:
-			return fmt.Errorf("loop: state: call %q in phase %q lacks what the phase needs (request, answer or result)", c.ID, c.Phase)
+			return fmt.Errorf("loop: state: call %q in phase %q lacks what the phase needs (request, arguments, answer or result)", c.ID, c.Phase)
 		}
 	}
 	return nil

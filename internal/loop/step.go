@@ -79,6 +79,7 @@ func (c *Client) modelTurn(ctx context.Context, st *State, tk *tools.Toolkit) er
 	st.Turn++
 	st.Usage.add(resp.Usage)
 	st.Model = req.Model
+	st.ModelFailures = 0
 	if len(resp.ToolCalls) == 0 {
 		st.Status, st.Text = StatusDone, resp.Text
 		return nil
@@ -86,6 +87,13 @@ func (c *Client) modelTurn(ctx context.Context, st *State, tk *tools.Toolkit) er
 	st.Calls = make([]Call, len(resp.ToolCalls))
 	for i, tc := range resp.ToolCalls {
 		st.Calls[i] = Call{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments, Phase: PhaseQueued}
+		if i >= c.opts.MaxToolCallsPerTurn {
+			// Every call gets a result, so the transcript stays balanced; these never run.
+			st.Calls[i].Phase = PhaseDone
+			st.Calls[i].Result = &tools.ToolResult{IsError: true, Output: fmt.Sprintf(
+				"not executed: the turn asked for %d tool calls and at most %d run per turn; call fewer tools at once",
+				len(resp.ToolCalls), c.opts.MaxToolCallsPerTurn)}
+		}
 	}
 	return nil
 }

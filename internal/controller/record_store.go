@@ -1,0 +1,299 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/record"
+)
+
+// A run's record lives in AgentRunRecords, a kind only the manager may write (see
+// config/rbac): nothing the controller decides from can be changed by a namespace editor.
+//
+//   - the head, named like the run: the loop state of the current turn and the messages not yet
+//     sealed. It is rewritten after every step.
+//   - sealed segments, <run>.seg-<n>: older messages and tool-call summaries, written once when
+//     the head grows past sealAt and never changed again.
+//
+// So a step writes one object whose size is bounded by sealAt, however long the transcript gets,
+// and a transcript can outgrow one object's size limit. Every record names its run by UID, and a
+// record that names another run is never read as this run's.
+const (
+	// sealAt is the compressed head size past which its messages move into a sealed segment.
+	sealAt = 256 * 1024
+	// DefaultMaxTranscriptBytes bounds a run's stored transcript, compressed.
+	DefaultMaxTranscriptBytes = 64 << 20
+	// DefaultMaxTranscriptRawBytes bounds a run's transcript decoded: what a reconcile holds in
+	// memory. Compressible tool output must not grow past it however well it compresses.
+	DefaultMaxTranscriptRawBytes = 32 << 20
+	// sealedOutputBytes is how much of a tool call's output its sealed summary keeps: the whole
+	// output is in the transcript's tool message already.
+	sealedOutputBytes = 1024
+)
+
+// errRecordTooLarge is returned by saveRecord when the transcript outgrows what a run can store.
+var errRecordTooLarge = errors.New("the transcript outgrew what a run may store")
+
+// corruptError says the stored record cannot be used: retrying cannot help, so the run ends with
+// the error's reason.
+type corruptError struct {
+	reason string
+	err    error
+}
+
+func (e *corruptError) Error() string { return e.err.Error() }
+func (e *corruptError) Unwrap() error { return e.err }
+
+func corrupt(format string, args ...any) error {
+	return &corruptError{reason: toolnexusv1alpha1.ReasonTranscriptCorrupt, err: fmt.Errorf(format, args...)}
+}
+
+func mismatch(format string, args ...any) error {
+	return &corruptError{reason: toolnexusv1alpha1.ReasonStateMismatch, err: fmt.Errorf(format, args...)}
+}
+
+// runRecord is a run's loop state with where it is stored. In memory State is whole; in the
+// cluster its sealed prefix lives in segments.
+type runRecord struct {
+	State    *loop.State
+	segments []record.SegmentRef
+	// head is the object the record was read from or last written to; nil before the first save.
+	head *toolnexusv1alpha1.AgentRunRecord
+}
+
+// started reports whether the record was ever saved, i.e. the run has taken a step.
+func (rec *runRecord) started() bool { return rec.head != nil }
+
+// recordName is the name of the head (n = 0) or of segment n of a run's record.
+func recordName(run string, n int) string {
+	if n == 0 {
+		return run
+	}
+	suffix := ".seg-" + strconv.Itoa(n)
+	if len(run)+len(suffix) <= maxNameLen {
+		return run + suffix
+	}
+	sum := sha256.Sum256([]byte(run))
+	short := run[:maxNameLen-len(suffix)-9] + "-" + hex.EncodeToString(sum[:])[:8]
+	return short + suffix
+}
+
+// loadRecord reads the run's record, uncached: the informer may lag behind the previous step's
+// write, and re-running a step because of a stale read would repeat a model call. A missing head
+// means the run has not started, unless its status says it has: then the record was deleted,
+// and the run fails closed rather than start over.
+func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (*runRecord, error) {
+	fresh := &runRecord{State: loop.NewState(run.Spec.Prompt)}
+	head := &toolnexusv1alpha1.AgentRunRecord{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: recordName(run.Name, 0)}, head)
+	if apierrors.IsNotFound(err) {
+		if run.Status.TranscriptRef != nil || run.Status.StartTime != nil {
+			return nil, mismatch("the run has started but its record AgentRunRecord %s is gone", recordName(run.Name, 0))
+		}
+		return fresh, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the run's record: %w", err)
+	}
+	if head.Run.UID != string(run.UID) {
+		if head.Run.Name == run.Name && run.Status.StartTime == nil {
+			// Left by a deleted run of the same name that the garbage collector has not removed yet.
+			err := r.Delete(ctx, head, client.Preconditions{UID: &head.UID})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("deleting the record AgentRunRecord %s of an earlier run named %s: %w", head.Name, run.Name, err)
+			}
+			return fresh, nil
+		}
+		return nil, mismatch("AgentRunRecord %s belongs to run %s (uid %s), not to this run; rename the run", head.Name, head.Run.Name, head.Run.UID)
+	}
+	if head.Part != toolnexusv1alpha1.RecordPartHead {
+		return nil, mismatch("AgentRunRecord %s is a %s, not the head of the run's record", head.Name, head.Part)
+	}
+	h := &record.Head{}
+	budget := r.maxTranscriptRawBytes()
+	n, err := record.Decode(head.Data, h, budget)
+	if err != nil {
+		return nil, corrupt("decoding the record AgentRunRecord %s: %w", head.Name, err)
+	}
+	if h.State == nil {
+		return nil, corrupt("decoding the record AgentRunRecord %s: it holds no state", head.Name)
+	}
+	budget -= n
+	segs := make([]*record.Segment, len(h.Segments))
+	for i, ref := range h.Segments {
+		if segs[i], n, err = r.loadSegment(ctx, run, i+1, ref, budget); err != nil {
+			return nil, err
+		}
+		budget -= n
+	}
+	if err := record.Join(h, segs); err != nil {
+		return nil, corrupt("%w", err)
+	}
+	return &runRecord{State: h.State, segments: h.Segments, head: head}, nil
+}
+
+func (r *AgentRunReconciler) loadSegment(ctx context.Context, run *toolnexusv1alpha1.AgentRun, n int, ref record.SegmentRef, budget int) (*record.Segment, int, error) {
+	obj := &toolnexusv1alpha1.AgentRunRecord{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, 0, mismatch("segment AgentRunRecord %s of the run's record is gone", ref.Name)
+		}
+		return nil, 0, fmt.Errorf("reading segment AgentRunRecord %s: %w", ref.Name, err)
+	}
+	if obj.Run.UID != string(run.UID) || obj.Part != toolnexusv1alpha1.RecordPartSegment || int(obj.Index) != n {
+		return nil, 0, mismatch("AgentRunRecord %s is not segment %d of this run's record", ref.Name, n)
+	}
+	seg := &record.Segment{}
+	size, err := record.Decode(obj.Data, seg, budget)
+	if err != nil {
+		return nil, 0, corrupt("decoding segment AgentRunRecord %s: %w", ref.Name, err)
+	}
+	return seg, size, nil
+}
+
+// saveRecord writes the head with optimistic concurrency (a conflict means another writer moved
+// the run on, and the caller must start over from a fresh read), sealing a segment first when the
+// head has grown past sealAt.
+func (r *AgentRunReconciler) saveRecord(ctx context.Context, run *toolnexusv1alpha1.AgentRun, rec *runRecord) error {
+	data, raw, err := record.EncodeHead(rec.State, rec.segments)
+	if err != nil {
+		return fmt.Errorf("encoding the record: %w", err)
+	}
+	if len(data) > sealAt {
+		if err := r.seal(ctx, run, rec); err != nil {
+			return err
+		}
+		if data, raw, err = record.EncodeHead(rec.State, rec.segments); err != nil {
+			return fmt.Errorf("encoding the record: %w", err)
+		}
+	}
+	h := record.Head{Segments: rec.segments}
+	if _, _, size, rawSize := h.Sealed(); len(data) > toolnexusv1alpha1.MaxRecordDataBytes ||
+		size+len(data) > r.maxTranscriptBytes() || rawSize+raw > r.maxTranscriptRawBytes() {
+		return errRecordTooLarge
+	}
+	var obj *toolnexusv1alpha1.AgentRunRecord
+	if rec.head == nil {
+		if obj, err = r.recordObject(run, 0, data); err != nil {
+			return err
+		}
+		err = r.Create(ctx, obj)
+	} else {
+		obj, err = r.updateHead(ctx, rec.head, data)
+	}
+	if err != nil {
+		return fmt.Errorf("saving the record: %w", err)
+	}
+	rec.head = obj
+	return nil
+}
+
+// updateHead replaces the head's data, keeping whatever else was put on the object (labels,
+// annotations: backup tools run with rights tenants do not have). The write is conditional on
+// the resourceVersion; when it conflicts because only the object's metadata changed, the record
+// is still the one this manager read, and the write is retried on the fresh object. Changed data
+// means another writer moved the run on.
+func (r *AgentRunReconciler) updateHead(ctx context.Context, head *toolnexusv1alpha1.AgentRunRecord, data []byte) (*toolnexusv1alpha1.AgentRunRecord, error) {
+	obj := head.DeepCopy()
+	obj.Data = data
+	obj.ManagedFields = nil // left out, the server keeps them; sent back, they cost a comparison
+	err := r.Update(ctx, obj)
+	if !apierrors.IsConflict(err) {
+		return obj, err
+	}
+	fresh := &toolnexusv1alpha1.AgentRunRecord{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(head), fresh); err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(fresh.Data, head.Data) {
+		return nil, err
+	}
+	fresh.Data = data
+	return fresh, r.Update(ctx, fresh)
+}
+
+// seal moves the unsealed messages and tool calls into a new segment. The segment is written
+// before the head that refers to it, so a crash in between leaves an unreferenced segment that
+// the next attempt overwrites.
+func (r *AgentRunReconciler) seal(ctx context.Context, run *toolnexusv1alpha1.AgentRun, rec *runRecord) error {
+	h := record.Head{Segments: rec.segments}
+	msgs, calls, size, rawSize := h.Sealed()
+	seg := record.Segment{Messages: rec.State.Messages[msgs:]}
+	for _, c := range rec.State.ToolCalls[calls:] {
+		c.Output = truncate(c.Output, sealedOutputBytes)
+		seg.ToolCalls = append(seg.ToolCalls, c)
+	}
+	data, raw, err := record.Encode(&seg)
+	if err != nil {
+		return fmt.Errorf("encoding a record segment: %w", err)
+	}
+	if len(data) > toolnexusv1alpha1.MaxRecordDataBytes || size+len(data) > r.maxTranscriptBytes() || rawSize+raw > r.maxTranscriptRawBytes() {
+		return errRecordTooLarge
+	}
+	n := len(rec.segments) + 1
+	obj, err := r.recordObject(run, n, data)
+	if err != nil {
+		return err
+	}
+	err = r.Create(ctx, obj)
+	if apierrors.IsAlreadyExists(err) {
+		old := &toolnexusv1alpha1.AgentRunRecord{}
+		if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), old); err == nil {
+			if old.Run.UID != string(run.UID) {
+				return mismatch("AgentRunRecord %s belongs to run %s, not to this run; rename the run", old.Name, old.Run.Name)
+			}
+			obj.ResourceVersion = old.ResourceVersion
+			err = r.Update(ctx, obj)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("saving record segment %s: %w", obj.Name, err)
+	}
+	rec.segments = append(rec.segments, record.SegmentRef{Name: obj.Name,
+		Messages: len(seg.Messages), ToolCalls: len(seg.ToolCalls), Bytes: len(data), RawBytes: raw})
+	// The sealed summaries replace the whole ones in memory too, so memory matches what a fresh
+	// load would read.
+	copy(rec.State.ToolCalls[calls:], seg.ToolCalls)
+	return nil
+}
+
+func (r *AgentRunReconciler) maxTranscriptBytes() int {
+	if r.MaxTranscriptBytes > 0 {
+		return r.MaxTranscriptBytes
+	}
+	return DefaultMaxTranscriptBytes
+}
+
+func (r *AgentRunReconciler) maxTranscriptRawBytes() int {
+	if r.MaxTranscriptRawBytes > 0 {
+		return r.MaxTranscriptRawBytes
+	}
+	return DefaultMaxTranscriptRawBytes
+}
+
+func (r *AgentRunReconciler) recordObject(run *toolnexusv1alpha1.AgentRun, n int, data []byte) (*toolnexusv1alpha1.AgentRunRecord, error) {
+	part := toolnexusv1alpha1.RecordPartHead
+	if n > 0 {
+		part = toolnexusv1alpha1.RecordPartSegment
+	}
+	obj := &toolnexusv1alpha1.AgentRunRecord{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: recordName(run.Name, n), Namespace: run.Namespace, Labels: runLabels(run),
+		},
+		Run:  toolnexusv1alpha1.RecordRunReference{Name: run.Name, UID: string(run.UID)},
+		Part: part, Index: int32(n), Encoding: toolnexusv1alpha1.RecordEncoding, Data: data,
+	}
+	return obj, controllerutil.SetControllerReference(run, obj, r.Scheme)
+}
