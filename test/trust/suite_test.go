@@ -87,7 +87,7 @@ var _ = BeforeSuite(func() {
 	// to what "edit" would aggregate, and give her ConfigMaps and Secrets as "edit" does.
 	Expect(admin.Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-edit-core"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"*"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"*"}}},
 	})).To(Succeed())
 	for _, role := range []string{"toolnexus-agentrun-editor", "toolnexus-agentrun-viewer", "test-edit-core"} {
 		bind("erin-"+role, role, "erin")
