@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,9 @@ const (
 	managerUser      = "system:serviceaccount:" + managerNamespace + ":toolnexus-controller-manager"
 	approverGroup    = "purchasing-approvers"
 )
+
+// managerGroups are the groups of the manager's ServiceAccount.
+var managerGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + managerNamespace}
 
 var (
 	env    *envtest.Environment
@@ -86,11 +90,31 @@ var _ = BeforeSuite(func() {
 	carol = clientAs(envtest.User{Name: "carol", Groups: []string{approverGroup}})
 	dave = clientAs(envtest.User{Name: "dave"})
 	erin = clientAs(envtest.User{Name: "erin"})
-	manager = clientAs(envtest.User{Name: managerUser,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + managerNamespace}})
+	manager = clientAs(envtest.User{Name: managerUser, Groups: managerGroups})
+
+	// The authorizer sees new RBAC objects a moment after they are created, and objects of
+	// different kinds in no fixed order: wait until it grants every permission the specs use.
+	ns := newNamespace()
+	By("waiting for RBAC to grant the answerers and the manager what config/rbac gives them")
+	for _, grant := range []struct {
+		user   string
+		groups []string
+		verb   string
+	}{
+		{"alice", nil, "patch"},
+		{"bob", nil, "patch"},
+		{"bob", nil, "update"},
+		{"carol", []string{approverGroup}, "patch"},
+		{managerUser, managerGroups, "patch"},
+		{managerUser, managerGroups, "expire"},
+	} {
+		Eventually(func() (bool, error) {
+			return mayWriteStatus(grant.user, grant.groups, grant.verb, ns)
+		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(),
+			"%s may %s pendingrequests/status", grant.user, grant.verb)
+	}
 
 	// A policy is enforced a moment after it is created: wait until both are.
-	ns := newNamespace()
 	By("waiting for the ValidatingAdmissionPolicy to refuse bob")
 	Eventually(func() error {
 		preq := newRequest(ns, "approval", nil, &toolnexusv1alpha1.Approvers{Users: []string{"alice"}})
@@ -117,6 +141,20 @@ func clientAs(user envtest.User) client.Client {
 	c, err := client.New(authenticated.Config(), client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	return c
+}
+
+// mayWriteStatus asks the authorizer whether user, in groups, may verb pendingrequests/status in
+// namespace ns.
+func mayWriteStatus(user string, groups []string, verb, ns string) (bool, error) {
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user, Groups: groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb,
+			Group: toolnexusv1alpha1.GroupVersion.Group, Resource: "pendingrequests", Subresource: "status"},
+	}}
+	if err := admin.Create(ctx, review); err != nil {
+		return false, err
+	}
+	return review.Status.Allowed, nil
 }
 
 func kustomize(dir string) []*unstructured.Unstructured {
