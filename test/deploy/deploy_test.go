@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -137,8 +138,8 @@ func expectManager(objs []*unstructured.Unstructured) *appsv1.Deployment {
 }
 
 // canI asks the API server whether the manager's ServiceAccount may do verb on resource.
-func canI(verb, resource string, flags ...string) string {
-	args := append([]string{"--kubeconfig", kubeconfig, "auth", "can-i", verb, resource, "--as", serviceAccount}, flags...)
+func canI(args ...string) string {
+	args = append([]string{"--kubeconfig", kubeconfig, "--cache-dir", cacheDir, "auth", "can-i", "--as", serviceAccount}, args...)
 	out, _ := exec.Command(kubectl, args...).Output() // exits 1 for "no"; warns on stderr about custom verbs
 	return strings.TrimSpace(string(out))
 }
@@ -229,14 +230,22 @@ var _ = Describe("config/namespaced", Ordered, func() {
 		// dry-run, so nothing grants it more.)
 		Expect(run(encode(objs), "apply", "--server-side", "-f", "-")).Error().NotTo(HaveOccurred())
 
-		// The authorizer sees new RBAC objects a moment after they are created.
-		Eventually(func() string { return canI("list", "secrets", "-n", watchedNamespace) }).Should(Equal("yes"))
-		Expect(canI("patch", "agentruns.toolnexus.dev", "--subresource=status", "-n", watchedNamespace)).To(Equal("yes"))
-		Expect(canI("create", "pendingrequests.toolnexus.dev", "-n", watchedNamespace)).To(Equal("yes"))
-		Expect(canI("expire", "pendingrequests.toolnexus.dev", "--subresource=status", "-n", watchedNamespace)).To(Equal("yes"))
-		Expect(canI("create", "leases.coordination.k8s.io", "-n", managerNamespace)).To(Equal("yes"))
-		Expect(canI("create", "tokenreviews.authentication.k8s.io")).To(Equal("yes"))
+		// The authorizer sees new RBAC objects a moment after they are created, and objects of
+		// different kinds (Roles, RoleBindings, ClusterRoles, ClusterRoleBindings) in no fixed
+		// order: wait for each grant, not only the first.
+		for _, grant := range [][]string{
+			{"list", "secrets", "-n", watchedNamespace},
+			{"patch", "agentruns.toolnexus.dev", "--subresource=status", "-n", watchedNamespace},
+			{"create", "pendingrequests.toolnexus.dev", "-n", watchedNamespace},
+			{"expire", "pendingrequests.toolnexus.dev", "--subresource=status", "-n", watchedNamespace},
+			{"create", "leases.coordination.k8s.io", "-n", managerNamespace},
+			{"create", "tokenreviews.authentication.k8s.io"},
+		} {
+			Eventually(func() string { return canI(grant...) }).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).
+				Should(Equal("yes"), "kubectl auth can-i %s", strings.Join(grant, " "))
+		}
 
+		// Once every grant is seen, a refusal is the authorizer's answer, not a delay.
 		Expect(canI("list", "secrets", "-n", "default")).To(Equal("no"))
 		Expect(canI("list", "secrets", "--all-namespaces")).To(Equal("no"))
 		Expect(canI("list", "agentruns.toolnexus.dev", "--all-namespaces")).To(Equal("no"))

@@ -28,6 +28,9 @@ var (
 	env        *envtest.Environment
 	kubectl    string
 	kubeconfig string
+	// cacheDir is kubectl's discovery cache, this suite's own: a cache another run left for the
+	// same address would not know the CRDs this one installs.
+	cacheDir string
 )
 
 func TestDeploy(t *testing.T) {
@@ -43,8 +46,10 @@ var _ = BeforeSuite(func() {
 	env = &envtest.Environment{BinaryAssetsDirectory: assets}
 	_, err = env.Start()
 	Expect(err).NotTo(HaveOccurred())
-	kubeconfig, err = testenv.WriteKubeconfig(env, testenv.Admin, GinkgoT().TempDir())
+	dir := GinkgoT().TempDir()
+	kubeconfig, err = testenv.WriteKubeconfig(env, testenv.Admin, dir)
 	Expect(err).NotTo(HaveOccurred())
+	cacheDir = filepath.Join(dir, "cache")
 })
 
 var _ = AfterSuite(func() {
@@ -75,7 +80,7 @@ func kustomizeBuild(dir string) []byte {
 
 // run runs kubectl as the admin, with stdin when given, and returns its output.
 func run(stdin []byte, args ...string) (string, error) {
-	cmd := exec.Command(kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd := exec.Command(kubectl, append([]string{"--kubeconfig", kubeconfig, "--cache-dir", cacheDir}, args...)...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
