@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,6 +96,23 @@ var _ = BeforeSuite(func() {
 		Expect(err).NotTo(HaveOccurred())
 		kubeconfigs[name] = filepath.Join(dir, name+".kubeconfig")
 		Expect(os.WriteFile(kubeconfigs[name], kubeconfig, 0o600)).To(Succeed())
+	}
+
+	// The authorizer sees new bindings a moment after they are created: wait until it grants
+	// what the specs use.
+	By("waiting for RBAC to grant the answerers and the viewer their roles")
+	for _, grant := range []authorizationv1.SubjectAccessReviewSpec{
+		{User: "alice", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "pendingrequests", Subresource: "status"}},
+		{User: "bob", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "pendingrequests", Subresource: "status"}},
+		{User: "vic", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "agentrunrecords"}},
+	} {
+		grant.ResourceAttributes.Group = toolnexusv1alpha1.GroupVersion.Group
+		Eventually(func() (bool, error) {
+			review := &authorizationv1.SubjectAccessReview{Spec: grant}
+			err := admin.Create(ctx, review)
+			return review.Status.Allowed, err
+		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(),
+			"%s may %s %s", grant.User, grant.ResourceAttributes.Verb, grant.ResourceAttributes.Resource)
 	}
 
 	if policies {
