@@ -1,0 +1,79 @@
+package netguard
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// ResponseTooLargeError is a response body that went past the bound. The body's reader returns
+// it in place of the bytes past the bound; callers test for it with errors.As.
+type ResponseTooLargeError struct {
+	// Origin is where the response came from (scheme://host:port).
+	Origin string
+	Limit  int64
+}
+
+func (e *ResponseTooLargeError) Error() string {
+	return fmt.Sprintf("netguard: response body from %s exceeds %s", e.Origin, byteSize(e.Limit))
+}
+
+// byteSize prints whole MiB as such, anything else in bytes.
+func byteSize(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// limitTransport makes every response body fail once it has yielded limit bytes. The bound counts
+// what the caller reads, after the transport's own gzip decoding, so it also bounds a
+// decompression bomb.
+type limitTransport struct {
+	base  http.RoundTripper
+	limit int64
+}
+
+func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
+		return resp, err // an upgraded connection's body is a two-way stream, not a response
+	}
+	resp.Body = &limitedBody{body: resp.Body, remaining: t.limit,
+		tooLarge: &ResponseTooLargeError{Origin: Origin(req.URL), Limit: t.limit}}
+	return resp, nil
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the pooled connections.
+func (t *limitTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+type limitedBody struct {
+	body      io.ReadCloser
+	remaining int64
+	tooLarge  error
+	err       error
+}
+
+// Read passes bytes through until remaining is spent; a body of exactly the limit still ends in
+// io.EOF, because one byte more is asked for to tell the two apart.
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if int64(len(p)) > b.remaining+1 {
+		p = p[:b.remaining+1]
+	}
+	n, err := b.body.Read(p)
+	if int64(n) <= b.remaining {
+		b.remaining -= int64(n)
+		return n, err
+	}
+	n, b.remaining, b.err = int(b.remaining), 0, b.tooLarge
+	return n, b.err
+}
+
+func (b *limitedBody) Close() error { return b.body.Close() }

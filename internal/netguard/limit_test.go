@@ -1,0 +1,88 @@
+package netguard
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/toolnexus/operator/internal/netguard/netguardtest"
+)
+
+func TestResponseBodyLimit(t *testing.T) {
+	const limit = 1 << 20
+	// 64 MiB of zeros compress to about 64 KiB: a decompression bomb in miniature.
+	var bomb bytes.Buffer
+	zw := gzip.NewWriter(&bomb)
+	_, _ = zw.Write(make([]byte, 64<<20))
+	_ = zw.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/bytes/{n}", func(w http.ResponseWriter, r *http.Request) {
+		var n int
+		_, _ = fmt.Sscan(r.PathValue("n"), &n)
+		_, _ = io.Copy(w, io.LimitReader(zeros{}, int64(n)))
+	})
+	mux.HandleFunc("/bomb", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		_, _ = w.Write(bomb.Bytes())
+	})
+	base, _ := netguardtest.Serve(t, "127.0.0.1:0", mux)
+	tooLarge := fmt.Sprintf("netguard: response body from %s exceeds 1 MiB", Origin(mustURL(t, base)))
+	tests := []struct {
+		name    string
+		path    string
+		wantLen int
+		wantErr string
+	}{
+		{name: "under the limit", path: "/bytes/1000", wantLen: 1000},
+		{name: "exactly the limit", path: fmt.Sprintf("/bytes/%d", limit), wantLen: limit},
+		{name: "one byte over", path: fmt.Sprintf("/bytes/%d", limit+1), wantLen: limit, wantErr: tooLarge},
+		{name: "far over", path: fmt.Sprintf("/bytes/%d", 100<<20), wantLen: limit, wantErr: tooLarge},
+		{name: "decompressed size counts", path: "/bomb", wantLen: limit, wantErr: tooLarge},
+	}
+	client := Config{MaxResponseBytes: limit}.Client()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := client.Get(base + tt.path)
+			if err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			defer func() { _ = resp.Body.Close() }()
+			body, err := io.ReadAll(resp.Body)
+			if len(body) != tt.wantLen || errString(err) != tt.wantErr {
+				t.Errorf("read %d bytes, %v; want %d bytes, %q", len(body), err, tt.wantLen, tt.wantErr)
+			}
+			var tooLarge *ResponseTooLargeError
+			if tt.wantErr != "" && !errors.As(err, &tooLarge) {
+				t.Errorf("error %T is not a *ResponseTooLargeError", err)
+			}
+			// The error sticks: a reader that retries gets no more bytes.
+			if n, again := resp.Body.Read(make([]byte, 10)); tt.wantErr != "" && (n != 0 || errString(again) != tt.wantErr) {
+				t.Errorf("read after the error = %d, %v", n, again)
+			}
+		})
+	}
+}
+
+func TestDefaultLimit(t *testing.T) {
+	want := fmt.Sprintf("netguard: response body from http://h:80 exceeds %d MiB", DefaultMaxResponseBytes>>20)
+	tr := Config{}.Transport().(*limitTransport)
+	if got := (&ResponseTooLargeError{Origin: "http://h:80", Limit: tr.limit}).Error(); got != want {
+		t.Errorf("default limit error = %q, want %q", got, want)
+	}
+	if got := (&ResponseTooLargeError{Origin: "http://h:80", Limit: 1000}).Error(); !strings.HasSuffix(got, "exceeds 1000 bytes") {
+		t.Errorf("odd limit error = %q", got)
+	}
+}
+
+// zeros is an endless reader, so a server can send any size without holding it.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
