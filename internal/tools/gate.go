@@ -1,11 +1,18 @@
 package tools
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
 	"text/template"
+	"text/template/parse"
+	"time"
+	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
 )
@@ -20,7 +27,7 @@ type GateSpec struct {
 	// arguments with has(args.key).
 	When string
 	// Prompt is a text/template over .tool and .arguments; empty means
-	// "Approve the call to <tool>?".
+	// "Approve the call to <tool>?". It renders within bounds (see renderPrompt).
 	Prompt string
 }
 
@@ -38,7 +45,11 @@ type gate struct {
 }
 
 // Gates decides which tool calls need an approval first.
-type Gates struct{ gates []gate }
+type Gates struct {
+	gates []gate
+	// now is the clock a prompt render is timed with.
+	now func() time.Time
+}
 
 // NewGates compiles every gate once. An error names the gate index and what to fix.
 func NewGates(specs []GateSpec) (*Gates, error) {
@@ -49,7 +60,7 @@ func NewGates(specs []GateSpec) (*Gates, error) {
 	if err != nil {
 		return nil, fmt.Errorf("approval gates: building the CEL environment: %w", err)
 	}
-	gs := &Gates{}
+	gs := &Gates{now: time.Now}
 	for i, s := range specs {
 		g := gate{tools: s.Tools}
 		for _, p := range s.Tools {
@@ -70,7 +81,7 @@ func NewGates(specs []GateSpec) (*Gates, error) {
 			}
 		}
 		if s.Prompt != "" {
-			if g.prompt, err = template.New(fmt.Sprintf("gate%d", i)).Parse(s.Prompt); err != nil {
+			if g.prompt, err = parsePrompt(fmt.Sprintf("gate%d", i), s.Prompt); err != nil {
 				return nil, fmt.Errorf("approval gate %d: prompt: %w", i, err)
 			}
 		}
@@ -85,6 +96,9 @@ func NewGates(specs []GateSpec) (*Gates, error) {
 // A When that fails to evaluate, or yields a non-bool, requires approval: a gate exists because
 // the call may be dangerous, so an expression we cannot decide must not wave it through. The
 // error is returned alongside the Request so the caller can report the broken expression.
+//
+// A prompt that cannot be rendered returns no Request and an error wrapping ErrPromptRender: the
+// gate's spec is at fault, and the call must not run.
 func (gs *Gates) Check(name string, args map[string]any, callID, rawArguments string) (*Request, error) {
 	if gs == nil {
 		return nil, nil
@@ -101,7 +115,11 @@ func (gs *Gates) Check(name string, args map[string]any, callID, rawArguments st
 			continue
 		}
 		data := map[string]any{"tool": name, "arguments": approvalArguments(args, rawArguments)}
-		req := &Request{ID: ApprovalIDPrefix + callID, Kind: KindApproval, Prompt: g.render(name, data), Data: data}
+		prompt, err := g.render(name, data, gs.now)
+		if err != nil {
+			return nil, fmt.Errorf("approval gate %d: %w: %w", i, ErrPromptRender, err)
+		}
+		req := &Request{ID: ApprovalIDPrefix + callID, Kind: KindApproval, Prompt: prompt, Data: data}
 		if evalErr != nil {
 			return req, fmt.Errorf("approval gate %d: %w; approval is required", i, evalErr)
 		}
@@ -138,20 +156,16 @@ func (g gate) holds(name string, args map[string]any) (bool, error) {
 	return b, nil
 }
 
-func (g gate) render(name string, data map[string]any) string {
-	fallback := "Approve the call to " + name + "?"
+// render executes the gate's prompt within its bounds; see renderPrompt.
+func (g gate) render(name string, data map[string]any, now func() time.Time) (string, error) {
 	if g.prompt == nil {
-		return fallback
+		return "Approve the call to " + name + "?", nil
 	}
 	view := map[string]any{"tool": data["tool"], "arguments": data["arguments"]}
 	if args, ok := data["arguments"].(map[string]any); ok {
 		view["arguments"] = promptArgs(args)
 	}
-	var b bytes.Buffer
-	if err := g.prompt.Execute(&b, view); err != nil {
-		return fallback
-	}
-	return b.String()
+	return renderPrompt(g.prompt, view, now)
 }
 
 // promptArgs prints as JSON in a prompt ({{.arguments}}), and still indexes like a map
@@ -177,4 +191,205 @@ func approvalArguments(args map[string]any, raw string) any {
 		return raw
 	}
 	return parsed
+}
+
+// Bounds of one prompt render (SPEC 6, Bounded). The template is written by the run's author and
+// the arguments by the model; text/template has neither an output bound nor a context.
+const (
+	// promptOutputLimit bounds a rendered prompt, truncation note included.
+	promptOutputLimit = 4 << 10
+	// promptValueLimit bounds a string a function builds. It is a rune more than the output
+	// bound, so a value cut to it still overflows the output, and the cut shows as the note.
+	promptValueLimit = promptOutputLimit + utf8.UTFMax
+	// promptRenderTimeout bounds one render. A prompt renders in microseconds; only a template
+	// that loops (range over a large number, nested ranges, recursive templates) comes near it.
+	promptRenderTimeout = 100 * time.Millisecond
+	// maxPrintfWidth bounds a printf width or precision: fmt pads in memory, before any byte
+	// reaches the bounded output.
+	maxPrintfWidth = 256
+)
+
+// ErrPromptRender marks an approval prompt that could not be rendered within its bounds, or at
+// all: the gate's spec is at fault.
+var ErrPromptRender = errors.New("prompt cannot be rendered")
+
+var (
+	errPromptFull    = errors.New("prompt output bound reached")
+	errPromptTimeout = errors.New("prompt time bound reached")
+)
+
+// tickFunc is planted first in every range body and every template, the only places a template
+// can loop, so a loop that writes nothing still meets the clock.
+const tickFunc = "toolnexusTick"
+
+// parsePrompt parses a prompt template and plants a tick in every loop.
+func parsePrompt(name, text string) (*template.Template, error) {
+	funcs := (&promptRender{}).funcs() // only the names matter when parsing
+	t, err := template.New(name).Funcs(funcs).Parse(text)
+	if err != nil {
+		return nil, err
+	}
+	tick, err := template.New("tick").Funcs(funcs).Parse("{{" + tickFunc + "}}")
+	if err != nil {
+		return nil, err
+	}
+	node := tick.Root.Nodes[0]
+	for _, tt := range t.Templates() {
+		if tt.Tree != nil {
+			tt.Root.Nodes = append([]parse.Node{node}, tt.Root.Nodes...)
+			plantTicks(tt.Root, node)
+		}
+	}
+	return t, nil
+}
+
+func plantTicks(list *parse.ListNode, tick parse.Node) {
+	if list == nil {
+		return
+	}
+	for _, n := range list.Nodes {
+		switch n := n.(type) {
+		case *parse.RangeNode:
+			n.List.Nodes = append([]parse.Node{tick}, n.List.Nodes...)
+			plantTicks(n.List, tick)
+			plantTicks(n.ElseList, tick)
+		case *parse.IfNode:
+			plantTicks(n.List, tick)
+			plantTicks(n.ElseList, tick)
+		case *parse.WithNode:
+			plantTicks(n.List, tick)
+			plantTicks(n.ElseList, tick)
+		}
+	}
+}
+
+// renderPrompt executes t into a writer that stops it at the output bound, and checks the clock
+// on every write and every tick. Output past the bound is dropped, and a note says so; a render
+// that runs out of time, or fails, is an error.
+func renderPrompt(t *template.Template, data any, now func() time.Time) (string, error) {
+	r := &promptRender{now: now, deadline: now().Add(promptRenderTimeout)}
+	// The clone shares the parsed tree; it only gives this render its own functions.
+	clone, err := t.Clone()
+	if err != nil {
+		return "", err
+	}
+	err = clone.Funcs(r.funcs()).Execute(r, data)
+	switch {
+	case errors.Is(err, errPromptFull):
+		note := fmt.Sprintf("… [prompt truncated at %d bytes]", promptOutputLimit)
+		return cutRunes(r.out.String(), promptOutputLimit-len(note)) + note, nil
+	case errors.Is(err, errPromptTimeout):
+		return "", fmt.Errorf("rendering took longer than %s", promptRenderTimeout)
+	case err != nil:
+		return "", err
+	}
+	return r.out.String(), nil
+}
+
+// promptRender is one execution of a prompt: its output so far and the clock it must beat.
+type promptRender struct {
+	out      strings.Builder
+	now      func() time.Time
+	deadline time.Time
+}
+
+func (r *promptRender) step() error {
+	if r.now().After(r.deadline) {
+		return errPromptTimeout
+	}
+	return nil
+}
+
+// Write keeps up to promptOutputLimit bytes and then fails, which ends Execute.
+func (r *promptRender) Write(p []byte) (int, error) {
+	if err := r.step(); err != nil {
+		return 0, err
+	}
+	if room := promptOutputLimit - r.out.Len(); len(p) > room {
+		r.out.Write(p[:room])
+		return room, errPromptFull
+	}
+	return r.out.Write(p)
+}
+
+// funcs replaces the builtins that can return more than they were given: print, printf and
+// println repeat and pad, html, js and urlquery escape. Each takes its arguments small (see
+// small), printf refuses widths and precisions past maxPrintfWidth (checked before fmt runs,
+// since fmt allocates the padding itself), and every result is cut to promptValueLimit, so
+// `{{$s = printf "%s%s" $s $s}}` repeated cannot double a string past it. The builtins that never
+// grow their input (index, slice, len, the comparisons) stay.
+func (r *promptRender) funcs() template.FuncMap {
+	bounded := func(f func(...any) string) func(...any) (string, error) {
+		return func(args ...any) (string, error) {
+			small, err := r.small(args)
+			if err != nil {
+				return "", err
+			}
+			return cutRunes(f(small...), promptValueLimit), nil
+		}
+	}
+	return template.FuncMap{
+		tickFunc:   func() (string, error) { return "", r.step() },
+		"print":    bounded(fmt.Sprint),
+		"println":  bounded(fmt.Sprintln),
+		"html":     bounded(template.HTMLEscaper),
+		"js":       bounded(template.JSEscaper),
+		"urlquery": bounded(template.URLQueryEscaper),
+		"printf": func(format string, args ...any) (string, error) {
+			if err := checkPrintfFormat(format); err != nil {
+				return "", err
+			}
+			return bounded(func(a ...any) string { return fmt.Sprintf(format, a...) })(args...)
+		},
+	}
+}
+
+// small returns args with every value that may format large (a string past promptValueLimit, a
+// map, a slice, the arguments) replaced by its %v text cut to that limit. A call that names one
+// large argument many times then formats it once, and the clock is checked between arguments.
+func (r *promptRender) small(args []any) ([]any, error) {
+	out := make([]any, len(args))
+	for i, a := range args {
+		if err := r.step(); err != nil {
+			return nil, err
+		}
+		switch v := reflect.ValueOf(a); {
+		case v.Kind() <= reflect.Complex128: // nil, bool and numbers
+			out[i] = a
+		case v.Kind() == reflect.String:
+			out[i] = cutRunes(v.String(), promptValueLimit)
+		default:
+			out[i] = cutRunes(fmt.Sprint(a), promptValueLimit)
+		}
+	}
+	return out, nil
+}
+
+// printfDirective matches a fmt directive up to its verb: %%, or flags, an argument index, a
+// width and a precision, where a width or precision may be * (taken from an argument).
+var printfDirective = regexp.MustCompile(`%(?:%|[-+# 0]*(?:\[\d+\])?(\*|\d+)?(?:\.(?:\[\d+\])?(\*|\d+)?)?)`)
+
+func checkPrintfFormat(format string) error {
+	for _, m := range printfDirective.FindAllStringSubmatch(format, -1) {
+		for _, n := range m[1:] {
+			if n == "*" {
+				return errors.New("a width or precision taken from an argument (*) is not allowed")
+			}
+			if w, err := strconv.Atoi(n); n != "" && (err != nil || w > maxPrintfWidth) {
+				return fmt.Errorf("width or precision %s is more than %d", n, maxPrintfWidth)
+			}
+		}
+	}
+	return nil
+}
+
+// cutRunes shortens s to at most n bytes without splitting a rune.
+func cutRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

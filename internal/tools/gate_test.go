@@ -1,8 +1,12 @@
 package tools
 
 import (
+	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -120,4 +124,174 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// renderGate renders one gate's prompt for a call to "t" with args.
+func renderGate(t *testing.T, prompt string, args map[string]any) (*Request, error) {
+	t.Helper()
+	gates, err := NewGates([]GateSpec{{Prompt: prompt}})
+	if err != nil {
+		t.Fatalf("NewGates: %v", err)
+	}
+	return gates.Check("t", args, "c", "")
+}
+
+func TestPromptOutputBound(t *testing.T) {
+	note := "… [prompt truncated at 4096 bytes]"
+	keep := promptOutputLimit - len(note)
+	tests := []struct {
+		name   string
+		prompt string
+		want   string
+	}{
+		{name: "at the bound", prompt: strings.Repeat("a", promptOutputLimit), want: strings.Repeat("a", promptOutputLimit)},
+		{name: "one byte over", prompt: strings.Repeat("a", promptOutputLimit) + "{{.tool}}", want: strings.Repeat("a", keep) + note},
+		{name: "the cut keeps runes whole", prompt: strings.Repeat("a", keep-1) + "€€{{range 10000}}€{{end}}",
+			want: strings.Repeat("a", keep-1) + note},
+		{name: "printf results are cut", prompt: `{{$s := "ab"}}{{range 20}}{{$s = printf "%s%s" $s $s}}{{end}}{{len $s}}`,
+			want: fmt.Sprint(promptValueLimit)},
+		{name: "escapers are cut", prompt: `{{$s := "<"}}{{range 20}}{{$s = html $s $s}}{{end}}{{len $s}}`,
+			want: fmt.Sprint(promptValueLimit)},
+		{name: "printf keeps its semantics", prompt: `{{printf "%-6s|%5.2f|%[1]q|%[3]d%%|%v" "ab" 3.14159 7 .arguments}}`,
+			want: fmt.Sprintf("%-6s|%5.2f|%[1]q|%[3]d%%|%v", "ab", 3.14159, 7, `{"n":1}`)},
+		{name: "print of the arguments is JSON", prompt: `{{print .arguments}}`, want: `{"n":1}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := renderGate(t, tt.prompt, map[string]any{"n": 1.0})
+			if err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			if req.Prompt != tt.want {
+				t.Errorf("prompt = %.60q… (%d bytes), want %.60q… (%d bytes)", req.Prompt, len(req.Prompt), tt.want, len(tt.want))
+			}
+		})
+	}
+}
+
+func TestPromptRenderErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		prompt string
+		want   string
+	}{
+		{name: "printf width", prompt: `{{printf "%600000000d" 1}}`,
+			want: `approval gate 0: prompt cannot be rendered: template: gate0:1:2: executing "gate0" at <printf "%600000000d" 1>: error calling printf: width or precision 600000000 is more than 256`},
+		{name: "printf precision", prompt: `{{printf "%.1000f" 1.5}}`, want: "error calling printf: width or precision 1000 is more than 256"},
+		{name: "printf width from an argument", prompt: `{{printf "%*d" 600000000 1}}`,
+			want: "error calling printf: a width or precision taken from an argument (*) is not allowed"},
+		{name: "indexed width from an argument", prompt: `{{printf "%[2]*[1]d" 1 600000000}}`,
+			want: "error calling printf: a width or precision taken from an argument (*) is not allowed"},
+		{name: "a failing template", prompt: `{{index .arguments.list 5}}`, want: "error calling index: index out of range: 5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := renderGate(t, tt.prompt, map[string]any{"list": []any{1.0}})
+			if req != nil || !errors.Is(err, ErrPromptRender) || !strings.Contains(errString(err), tt.want) {
+				t.Errorf("Check = %v, %v; want no request and an ErrPromptRender containing %q", req, err, tt.want)
+			}
+		})
+	}
+	// %% is a literal percent sign, not a directive: what follows it is text.
+	if req, err := renderGate(t, `{{printf "100%%5000d"}}`, nil); err != nil || req.Prompt != "100%5000d" {
+		t.Errorf(`printf "100%%%%5000d" = %v, %v`, req, err)
+	}
+}
+
+// TestPromptLoopsMeetTheClock uses a clock that advances a millisecond per reading, so the bound
+// is met after a known number of steps whatever the machine's speed.
+func TestPromptLoopsMeetTheClock(t *testing.T) {
+	tests := []struct {
+		name   string
+		prompt string
+	}{
+		{name: "range over a large number writing nothing", prompt: `{{range 1000000000000}}{{end}}`},
+		{name: "nested ranges over the arguments", prompt: `{{range .arguments.l}}{{range $.arguments.l}}{{range $.arguments.l}}{{end}}{{end}}{{end}}`},
+		{name: "a range in an else branch", prompt: `{{if false}}{{else}}{{range 1000000000000}}{{if false}}x{{end}}{{end}}{{end}}`},
+		{name: "recursive template", prompt: `{{define "a"}}{{if .}}{{template "a" (slice . 1)}}{{template "a" (slice . 1)}}{{end}}{{end}}{{template "a" "0123456789012345678901234567890123456789"}}`},
+	}
+	list := make([]any, 1000)
+	for i := range list {
+		list[i] = float64(i)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gates, err := NewGates([]GateSpec{{Prompt: tt.prompt}})
+			if err != nil {
+				t.Fatalf("NewGates: %v", err)
+			}
+			clock, readings := time.Unix(0, 0), 0
+			gates.now = func() time.Time {
+				readings++
+				clock = clock.Add(time.Millisecond)
+				return clock
+			}
+			req, err := gates.Check("t", map[string]any{"l": list}, "c", "")
+			want := "approval gate 0: prompt cannot be rendered: rendering took longer than 100ms"
+			if req != nil || errString(err) != want || !errors.Is(err, ErrPromptRender) {
+				t.Errorf("Check = %v, %v; want %q", req, err, want)
+			}
+			if readings > 110 {
+				t.Errorf("the clock was read %d times; the bound should stop the loop after about 100", readings)
+			}
+		})
+	}
+}
+
+// TestPromptBombs renders templates that would expand to hundreds of MB, or loop for hours,
+// against the real clock, and measures what they allocate (go test -v -run TestPromptBombs
+// ./internal/tools/ prints the figures).
+func TestPromptBombs(t *testing.T) {
+	const maxAlloc = 64 << 20
+	doubling := `{{$s := "0123456789abcdef"}}` + strings.Repeat(`{{$s = printf "%s%s" $s $s}}`, 25) + `{{$s}}` // 512 MiB unbounded
+	repeated := `{{printf "` + strings.Repeat("%[1]v", 200) + `" .arguments}}`                                 // 200 × 1 MiB unbounded
+	big := map[string]any{"blob": strings.Repeat("x", 1<<20)}
+	tests := []struct {
+		name    string
+		prompt  string
+		args    map[string]any
+		wantErr string // empty: the prompt is truncated
+	}{
+		{name: "600 MB of padding", prompt: `{{printf "%600000000d" 1}}`, wantErr: "width or precision 600000000 is more than 256"},
+		{name: "600 MB by a range", prompt: `{{range 600000000}}{{printf "%256d" 1}}{{end}}`},
+		{name: "600 MB of text", prompt: `{{range 600000000}}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{{end}}`},
+		{name: "a string doubled 25 times", prompt: doubling},
+		{name: "one large argument named 200 times", prompt: repeated, args: big},
+		{name: "a loop that writes nothing", prompt: `{{range 1000000000000}}{{end}}`, wantErr: "rendering took longer than 100ms"},
+		{name: "2^40 template calls", prompt: `{{define "a"}}{{if .}}{{template "a" (slice . 1)}}{{template "a" (slice . 1)}}{{end}}{{end}}{{template "a" "0123456789012345678901234567890123456789"}}`,
+			wantErr: "rendering took longer than 100ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gates, err := NewGates([]GateSpec{{Prompt: tt.prompt}})
+			if err != nil {
+				t.Fatalf("NewGates: %v", err)
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			req, err := gates.Check("t", tt.args, "c", "")
+			elapsed := time.Since(start)
+			runtime.ReadMemStats(&after)
+			alloc := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%s: %s, %.1f MiB allocated", tt.name, elapsed.Round(time.Millisecond), float64(alloc)/(1<<20))
+			switch {
+			case tt.wantErr != "":
+				if req != nil || !errors.Is(err, ErrPromptRender) || !strings.HasSuffix(errString(err), tt.wantErr) {
+					t.Errorf("Check = %v, %v; want an error ending %q", req, err, tt.wantErr)
+				}
+			case err != nil:
+				t.Errorf("Check: %v", err)
+			case len(req.Prompt) > promptOutputLimit || !strings.HasSuffix(req.Prompt, "… [prompt truncated at 4096 bytes]"):
+				t.Errorf("prompt is %d bytes ending %q; want at most %d with the truncation note", len(req.Prompt), req.Prompt[max(0, len(req.Prompt)-40):], promptOutputLimit)
+			}
+			if elapsed > 2*time.Second {
+				t.Errorf("took %s; the bound is %s", elapsed, promptRenderTimeout)
+			}
+			if alloc > maxAlloc {
+				t.Errorf("allocated %d MiB, want under %d MiB", alloc>>20, maxAlloc>>20)
+			}
+		})
+	}
 }
