@@ -14,7 +14,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/toolnexus/operator/internal/netguard"
 )
 
 // Wire headers of the HTTP tool protocol (SPEC 4.1).
@@ -43,7 +46,8 @@ type HTTPToolSpec struct {
 	Headers []Header
 	// Timeout defaults to DefaultHTTPTimeout.
 	Timeout time.Duration
-	// Client defaults to http.DefaultClient.
+	// Client defaults to a netguard client. Whatever the client, redirects stay within the
+	// origin: every request carries the Headers, the Idempotency-Key and any answer.
 	Client *http.Client
 	// MaxOutputBytes defaults to DefaultMaxOutputBytes.
 	MaxOutputBytes int
@@ -73,9 +77,7 @@ func HTTPTool(spec HTTPToolSpec) (Tool, error) {
 	if spec.Timeout <= 0 {
 		spec.Timeout = DefaultHTTPTimeout
 	}
-	if spec.Client == nil {
-		spec.Client = http.DefaultClient
-	}
+	spec.Client = sameOriginRedirects(spec.Client)
 	if spec.MaxOutputBytes <= 0 {
 		spec.MaxOutputBytes = DefaultMaxOutputBytes
 	}
@@ -86,6 +88,21 @@ func HTTPTool(spec HTTPToolSpec) (Tool, error) {
 	h := &httpTool{spec: spec}
 	return Tool{Name: Sanitize(spec.Name), Description: spec.Description, InputSchema: schema,
 		Source: SourceHTTP, Execute: h.execute}, nil
+}
+
+// defaultClient serves the tools whose spec names no client: link-local addresses refused and
+// bodies bounded, as the manager's own client.
+var defaultClient = sync.OnceValue(func() *http.Client { return netguard.Config{}.Client() })
+
+// sameOriginRedirects returns a copy of c (or of defaultClient) that follows redirects only within
+// the origin, so configured headers never reach another host whatever client the caller passed.
+func sameOriginRedirects(c *http.Client) *http.Client {
+	if c == nil {
+		c = defaultClient()
+	}
+	out := *c
+	out.CheckRedirect = netguard.CheckRedirect
+	return &out
 }
 
 func validMethod(m string) bool {

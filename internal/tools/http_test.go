@@ -9,12 +9,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/toolnexus/operator/internal/netguard"
+	"github.com/toolnexus/operator/internal/netguard/netguardtest"
 )
 
 // ignoreRequestID ignores generated suspension ids, which are unique per call by design.
@@ -387,5 +391,56 @@ func TestHTTPToolThroughToolkit(t *testing.T) {
 	got := tk.Execute(context.Background(), "greet_v1", nil, nil)
 	if diff := cmp.Diff(ToolResult{Output: "hi"}, got); diff != "" {
 		t.Errorf("result (-want +got):\n%s", diff)
+	}
+}
+
+// TestHTTPToolNetworkGuard: a refused connection or redirect is an error result that names the
+// refusal, and configured headers never reach another origin, whatever client the tool is given.
+func TestHTTPToolNetworkGuard(t *testing.T) {
+	const secret = "Bearer redirect-s3cret"
+	const apiKey = "key-7c1e"
+	servers := netguardtest.NewRedirects(t)
+	denied, accepted := netguardtest.Serve(t, "127.0.0.2:0", http.NotFoundHandler())
+	headers := []Header{
+		{Name: "Authorization", Resolve: func(context.Context) (string, error) { return secret, nil }},
+		{Name: "X-Api-Key", Value: apiKey},
+	}
+	crossOrigin := fmt.Sprintf("netguard: redirect from %s to %s refused: a redirect may not leave the origin", servers.Origin, servers.Other)
+	tests := []struct {
+		name   string
+		url    string
+		client *http.Client
+		want   string // in the output
+		isErr  bool
+	}{
+		{name: "cross-origin redirect, default client", url: servers.Origin + "/cross", want: crossOrigin, isErr: true},
+		{name: "cross-origin redirect, Go's default redirect policy", url: servers.Origin + "/cross", client: &http.Client{},
+			want: crossOrigin, isErr: true},
+		{name: "same-origin redirect is followed", url: servers.Origin + "/same", want: "X-Api-Key: " + redacted},
+		{name: "denied address", url: denied, client: netguard.Config{Deny: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}}.Client(),
+			want: "refused: 127.0.0.2/32 is denied (deny list)", isErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tool := mustHTTPTool(t, HTTPToolSpec{Name: "guarded", URL: tt.url, Headers: headers, Client: tt.client})
+			res, err := tool.Execute(context.Background(), nil, &ToolContext{})
+			if err != nil {
+				t.Fatalf("Execute: %v", err)
+			}
+			if res.IsError != tt.isErr || !strings.Contains(res.Output, tt.want) {
+				t.Errorf("result = %+v, want isError %v and an output containing %q", res, tt.isErr, tt.want)
+			}
+			for _, s := range []string{"redirect-s3cret", apiKey} {
+				if strings.Contains(res.Output, s) {
+					t.Errorf("output leaks %q: %s", s, res.Output)
+				}
+			}
+		})
+	}
+	if n := servers.OtherRequests.Load(); n != 0 {
+		t.Errorf("the other origin received %d requests, and so the headers; want none", n)
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("the denied server accepted %d connections, want none", n)
 	}
 }

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolnexus/operator/internal/netguard"
 )
 
 // DefaultMCPTimeout bounds each phase of talking to an MCP server when the spec names none.
@@ -26,7 +30,8 @@ type MCPServerSpec struct {
 	// Timeout bounds each phase separately: connecting, listing the tools, and each tool call.
 	// It defaults to DefaultMCPTimeout.
 	Timeout time.Duration
-	// HTTPClient defaults to http.DefaultClient; its Transport carries the requests.
+	// HTTPClient defaults to a netguard client; its Transport carries the requests. Whatever the
+	// client, redirects stay within the origin, since every request carries the Headers.
 	HTTPClient *http.Client
 	// MaxOutputBytes caps a tool's output; it defaults to DefaultMaxOutputBytes.
 	MaxOutputBytes int
@@ -59,28 +64,26 @@ func ConnectMCP(ctx context.Context, spec MCPServerSpec) (*MCPServer, error) {
 	if spec.Timeout <= 0 {
 		spec.Timeout = DefaultMCPTimeout
 	}
-	if spec.HTTPClient == nil {
-		spec.HTTPClient = http.DefaultClient
-	}
+	spec.HTTPClient = sameOriginRedirects(spec.HTTPClient)
 	if spec.MaxOutputBytes <= 0 {
 		spec.MaxOutputBytes = DefaultMaxOutputBytes
 	}
 	s := &MCPServer{spec: spec}
 	// The listing session advertises elicitation like a call session does: servers may offer
 	// tools only to clients that can answer their elicitations. Nothing elicits while listing.
-	session, hdrs, err := s.open(ctx, func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	session, err := s.open(ctx, func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 		return &mcp.ElicitResult{Action: "cancel"}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer closeSession(session)
+	defer closeSession(session.ClientSession)
 	listCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
 	seen := map[string]bool{}
 	for t, err := range session.Tools(listCtx, nil) {
 		if err != nil {
-			return nil, fmt.Errorf("mcp server %s: listing tools: %s", spec.Name, hdrs.redact(err.Error()))
+			return nil, fmt.Errorf("mcp server %s: listing tools: %s", spec.Name, session.explain(err))
 		}
 		seen[t.Name] = true
 		if len(spec.AllowTools) == 0 || slices.Contains(spec.AllowTools, t.Name) {
@@ -118,18 +121,36 @@ func (s *MCPServer) tool(t *mcp.Tool) Tool {
 	}
 }
 
+// mcpSession is an open session, and what its errors are explained with.
+type mcpSession struct {
+	*mcp.ClientSession
+	hdrs   resolvedHeaders
+	bodies *bodyErrors
+}
+
+// explain is the text of a session error for a result or a condition, with header values
+// redacted. A response body cut by the client's bound is named as such: the SDK reports a cut
+// event stream only as "request terminated without response".
+func (s *mcpSession) explain(err error) string {
+	if tooLarge := s.bodies.tooLarge(); tooLarge != nil {
+		err = tooLarge
+	}
+	return s.hdrs.redact(err.Error())
+}
+
 // open connects a new session whose elicitations go to elicit.
-func (s *MCPServer) open(ctx context.Context, elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) (*mcp.ClientSession, resolvedHeaders, error) {
+func (s *MCPServer) open(ctx context.Context, elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) (*mcpSession, error) {
 	hdrs, err := resolveHeaders(ctx, s.spec.Headers)
 	if err != nil {
-		return nil, hdrs, fmt.Errorf("mcp server %s: %w", s.spec.Name, err)
+		return nil, fmt.Errorf("mcp server %s: %w", s.spec.Name, err)
 	}
 	httpClient := *s.spec.HTTPClient
 	base := httpClient.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	httpClient.Transport = headerTransport{base: base, header: hdrs.header}
+	bodies := &bodyErrors{base: base}
+	httpClient.Transport = headerTransport{base: bodies, header: hdrs.header}
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolnexus-operator", Version: "v1alpha1"}, &mcp.ClientOptions{
 		ElicitationHandler: elicit,
 		// Both modes are advertised: form elicitations become input requests and URL
@@ -142,10 +163,51 @@ func (s *MCPServer) open(ctx context.Context, elicit func(context.Context, *mcp.
 	defer cancel()
 	transport := &mcp.StreamableClientTransport{Endpoint: s.spec.URL, HTTPClient: &httpClient}
 	session, err := client.Connect(connectCtx, transport, nil)
+	conn := &mcpSession{ClientSession: session, hdrs: hdrs, bodies: bodies}
 	if err != nil {
-		return nil, hdrs, fmt.Errorf("mcp server %s: connecting to %s: %s", s.spec.Name, s.spec.URL, hdrs.redact(err.Error()))
+		return nil, fmt.Errorf("mcp server %s: connecting to %s: %s", s.spec.Name, s.spec.URL, conn.explain(err))
 	}
-	return session, hdrs, nil
+	return conn, nil
+}
+
+// bodyErrors remembers the first response body of a session that went past the client's bound
+// (a netguard.ResponseTooLargeError), so the session's errors can name it.
+type bodyErrors struct {
+	base  http.RoundTripper
+	mu    sync.Mutex
+	first error
+}
+
+func (b *bodyErrors) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := b.base.RoundTrip(req)
+	if err == nil && resp.Body != nil {
+		resp.Body = watchedBody{ReadCloser: resp.Body, errs: b}
+	}
+	return resp, err
+}
+
+func (b *bodyErrors) tooLarge() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.first
+}
+
+type watchedBody struct {
+	io.ReadCloser
+	errs *bodyErrors
+}
+
+func (w watchedBody) Read(p []byte) (int, error) {
+	n, err := w.ReadCloser.Read(p)
+	var tooLarge *netguard.ResponseTooLargeError
+	if errors.As(err, &tooLarge) {
+		w.errs.mu.Lock()
+		if w.errs.first == nil {
+			w.errs.first = err
+		}
+		w.errs.mu.Unlock()
+	}
+	return n, err
 }
 
 // closeSession ends the session in the background, so the caller has its result at once. The

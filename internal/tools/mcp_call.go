@@ -22,11 +22,11 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 	}
 	bridge := &elicitBridge{callID: tc.CallID, answer: tc.Answer}
 
-	session, hdrs, err := s.open(ctx, bridge.handle)
+	session, err := s.open(ctx, bridge.handle)
 	if err != nil {
 		return fail(err.Error())
 	}
-	defer closeSession(session)
+	defer closeSession(session.ClientSession)
 	if args == nil {
 		args = map[string]any{}
 	}
@@ -47,10 +47,10 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 		if errors.Is(callCtx.Err(), context.DeadlineExceeded) {
 			return fail(fmt.Sprintf("no result within %s", s.spec.Timeout))
 		}
-		return fail(hdrs.redact(err.Error()))
+		return fail(session.explain(err))
 	}
 	out := mcpResult(res)
-	out.Output = capOutput(hdrs.redact(out.Output), s.spec.MaxOutputBytes, false, -1)
+	out.Output = capOutput(session.hdrs.redact(out.Output), s.spec.MaxOutputBytes, false, -1)
 	return out
 }
 

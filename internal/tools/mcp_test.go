@@ -1,11 +1,14 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolnexus/operator/internal/netguard"
 )
 
 // Protocol generations the bridge must serve: the stateless protocol carries elicitations in
@@ -370,6 +375,74 @@ func TestConnectMCPFailures(t *testing.T) {
 			srv, err := ConnectMCP(context.Background(), tt.spec)
 			if err == nil || !strings.HasPrefix(err.Error(), tt.prefix) {
 				t.Errorf("ConnectMCP = %v, %v; want an error starting %q", srv, err, tt.prefix)
+			}
+		})
+	}
+}
+
+// startFloodingMCP is an SDK server whose tools/call responses are floods of the given shape,
+// written from one reused chunk: the server holds none of it. Everything else is the SDK's.
+func startFloodingMCP(t *testing.T, shape string, size int) string {
+	t.Helper()
+	server := mcp.NewServer(&mcp.Implementation{Name: "flood", Version: "v0"}, nil)
+	server.AddTool(&mcp.Tool{Name: "flood", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	return serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var msg struct{ Method string }
+		if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			sdk.ServeHTTP(w, r)
+			return
+		}
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		switch shape {
+		case "a JSON result that never ends":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"`)
+		case "one SSE event that never ends":
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, `data: {"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"`)
+		case "SSE comments the SDK skips":
+			w.Header().Set("Content-Type", "text/event-stream")
+			chunk = append([]byte(": "), append(chunk, '\n')...)
+		}
+		for written := 0; written < size; written += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return // the client stopped reading
+			}
+		}
+	}))
+}
+
+// TestMCPResponseBodyLimit: a server that streams 512 MiB into a response ends the call with the
+// body bound's error, and the manager's memory stays bounded whatever the shape of the flood
+// (go test -v -run TestMCPResponseBodyLimit ./internal/tools/ prints the figures).
+func TestMCPResponseBodyLimit(t *testing.T) {
+	const flood = 512 << 20
+	const maxAlloc = 64 << 20
+	for _, shape := range []string{"a JSON result that never ends", "one SSE event that never ends", "SSE comments the SDK skips"} {
+		t.Run(shape, func(t *testing.T) {
+			url := startFloodingMCP(t, shape, flood)
+			tk := connect(t, MCPServerSpec{Name: "flood", URL: url, Timeout: 20 * time.Second, HTTPClient: netguard.Config{}.Client()})
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			got := tk.Execute(context.Background(), "flood_flood", nil, &ToolContext{CallID: "c"})
+			elapsed := time.Since(start)
+			runtime.ReadMemStats(&after)
+			alloc := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%s: %s, %.1f MiB allocated", shape, elapsed.Round(time.Millisecond), float64(alloc)/(1<<20))
+			want := fmt.Sprintf("MCP server flood: tool flood: netguard: response body from %s exceeds 16 MiB", url)
+			if diff := cmp.Diff(ToolResult{Output: want, IsError: true}, got); diff != "" {
+				t.Errorf("result (-want +got):\n%s", diff)
+			}
+			if alloc > maxAlloc {
+				t.Errorf("allocated %d MiB for a %d MiB flood, want under %d MiB", alloc>>20, flood>>20, maxAlloc>>20)
 			}
 		})
 	}
