@@ -73,8 +73,10 @@ func ValidateAnswer(req tools.Request, a tools.Answer) error {
 			return fmt.Errorf("loop: answer to question request %q has no data: ok: true needs a non-empty data object holding the answers", req.ID)
 		}
 	case tools.KindToolCall:
-		if !a.HasRecognisedKey() {
-			return fmt.Errorf("loop: answer to tool_call request %q carries no result: ok: true needs data.%s or data.%s (keys seen: %v)",
+		_, results := a.Data[tools.ResultsKey].([]any)
+		_, output := a.Data[tools.OutputKey].(string)
+		if !results && !output {
+			return fmt.Errorf("loop: answer to tool_call request %q carries no result: ok: true needs data.%s (an array) or data.%s (a string) (keys seen: %v)",
 				req.ID, tools.ResultsKey, tools.OutputKey, a.DataKeys())
 		}
 	}

@@ -281,7 +281,11 @@ func TestAnswerRefused(t *testing.T) {
 			tools.Answer{OK: true, Data: map[string]any{"env": "secret-value"}}, "lacks required field(s) region of data.schema"},
 		{"question without data", tools.Request{ID: "r1", Kind: tools.KindQuestion}, "call_1", tools.Answer{OK: true}, "needs a non-empty data object"},
 		{"tool_call without result", tools.Request{ID: "r1", Kind: tools.KindToolCall}, "call_1",
-			tools.Answer{OK: true, Data: map[string]any{"value": "secret-value"}}, "needs data.results or data.output (keys seen: [value])"},
+			tools.Answer{OK: true, Data: map[string]any{"value": "secret-value"}}, "needs data.results (an array) or data.output (a string) (keys seen: [value])"},
+		{"tool_call with a null output", tools.Request{ID: "r1", Kind: tools.KindToolCall}, "call_1",
+			tools.Answer{OK: true, Data: map[string]any{"output": nil}}, "needs data.results (an array) or data.output (a string) (keys seen: [output])"},
+		{"tool_call with results that are no array", tools.Request{ID: "r1", Kind: tools.KindToolCall}, "call_1",
+			tools.Answer{OK: true, Data: map[string]any{"results": "secret-value"}}, "needs data.results (an array)"},
 		{"reason with ok", tools.Request{ID: "r1", Kind: tools.KindApproval}, "call_1", tools.Answer{OK: true, Reason: "declined"}, "a reason is only for ok: false"},
 	}
 	for _, tc := range cases {
