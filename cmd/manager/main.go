@@ -4,6 +4,8 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
@@ -21,6 +23,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/netguard"
 )
 
 func main() {
@@ -29,6 +32,8 @@ func main() {
 		watchNamespaces, leaderElectionNS string
 		secureMetrics, leaderElect        bool
 		maxConcurrent, maxTranscriptMiB   int
+		denyCIDRs, allowCIDRs             string
+		maxResponseMiB                    int64
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized by the API server.")
@@ -39,11 +44,19 @@ func main() {
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 8, "How many runs are stepped at once.")
 	flag.IntVar(&maxTranscriptMiB, "max-transcript-size", controller.DefaultMaxTranscriptBytes>>20, "How many MiB (compressed) of transcript a run may store; a run that needs more fails with TranscriptTooLarge.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
+	flag.StringVar(&denyCIDRs, "deny-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may not reach, in addition to link-local (169.254.0.0/16, fe80::/10).")
+	flag.StringVar(&allowCIDRs, "allow-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may reach even when denied, link-local included.")
+	flag.Int64Var(&maxResponseMiB, "max-response-size", netguard.DefaultMaxResponseBytes>>20, "How many MiB of one model, HTTP tool or MCP response body the manager reads before it fails the request.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
+	httpClient, err := guardedHTTPClient(denyCIDRs, allowCIDRs, maxResponseMiB)
+	if err != nil {
+		log.Error(err, "Invalid network guard flags")
+		os.Exit(1)
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -81,6 +94,7 @@ func main() {
 		Metrics:                 controller.NewMetrics(metrics.Registry, mgr.GetClient()),
 		MaxConcurrentReconciles: maxConcurrent,
 		MaxTranscriptBytes:      maxTranscriptMiB << 20,
+		HTTPClient:              httpClient,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up the AgentRun controller")
 		os.Exit(1)
@@ -98,4 +112,21 @@ func main() {
 		log.Error(err, "The manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// guardedHTTPClient is the client for model, HTTP tool and MCP traffic, built from the network
+// guard flags.
+func guardedHTTPClient(deny, allow string, maxResponseMiB int64) (*http.Client, error) {
+	if maxResponseMiB < 1 {
+		return nil, fmt.Errorf("--max-response-size must be at least 1 (MiB), got %d", maxResponseMiB)
+	}
+	cfg := netguard.Config{MaxResponseBytes: maxResponseMiB << 20}
+	var err error
+	if cfg.Deny, err = netguard.ParseCIDRs(deny); err != nil {
+		return nil, fmt.Errorf("--deny-cidrs: %w", err)
+	}
+	if cfg.Allow, err = netguard.ParseCIDRs(allow); err != nil {
+		return nil, fmt.Errorf("--allow-cidrs: %w", err)
+	}
+	return cfg.Client(), nil
 }
