@@ -50,10 +50,11 @@ type ModelSpec struct {
 	// +kubebuilder:validation:Maximum=100
 	Retries *int32 `json:"retries,omitempty"`
 
-	// requestTimeout bounds one model request (default 120s).
+	// requestTimeout bounds one model request (default 120s, at most 10m).
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="model.requestTimeout must be at most 10m"
 	RequestTimeout *metav1.Duration `json:"requestTimeout,omitempty"`
 }
 
@@ -109,10 +110,11 @@ type HTTPToolSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	Headers []HTTPHeader `json:"headers,omitempty"`
 
-	// timeout of one request (default 30s).
+	// timeout of one request (default 30s, at most 10m).
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="tools[].http.timeout must be at most 10m"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
@@ -171,10 +173,11 @@ type MCPServerSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	Headers []HTTPHeader `json:"headers,omitempty"`
 
-	// timeout bounds each phase (connect, list, call); default 30s.
+	// timeout bounds each phase (connect, list, call); default 30s, at most 10m.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="mcpServers[].timeout must be at most 10m"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
@@ -222,10 +225,11 @@ const (
 
 // SuspensionPolicy governs the run's PendingRequests.
 type SuspensionPolicy struct {
-	// timeout after which an unanswered PendingRequest expires. Unset: it waits forever.
+	// timeout after which an unanswered PendingRequest expires (at most 720h). Unset: it waits forever.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('720h')",message="suspension.timeout must be at most 720h (30 days)"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// onTimeout is Decline (the default) or Fail.
