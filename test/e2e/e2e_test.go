@@ -53,6 +53,11 @@ func TestFirstFiveMinutes(t *testing.T) {
 	t.Logf("local cluster ready after %s", time.Since(start).Round(time.Second))
 	policies := exists(filepath.Join(repoRoot(), "config", "policies"))
 	rbac := exists(filepath.Join(repoRoot(), "config", "rbac"))
+	k := kubectl{bin: filepath.Join(assetsDir, "kubectl"), dir: clusterDir, namespace: "e2e"}
+	if policies {
+		waitPolicies(t, k)
+		t.Logf("admission policies enforced after %s", time.Since(start).Round(time.Second))
+	}
 
 	modelAddr, toolsAddr := freeAddr(t), freeAddr(t)
 	model := startProcess(t, logs, "standin-model", nil, filepath.Join(bin, "standin-model"), "--addr", modelAddr)
@@ -82,7 +87,6 @@ func TestFirstFiveMinutes(t *testing.T) {
 		}
 	})
 
-	k := kubectl{bin: filepath.Join(assetsDir, "kubectl"), dir: clusterDir, namespace: "e2e"}
 	k.must(t, "create", "namespace", "e2e")
 	k.must(t, "create", "secret", "generic", "llm", "--from-literal=apiKey=e2e-not-a-real-key")
 
@@ -101,6 +105,12 @@ func TestFirstFiveMinutes(t *testing.T) {
 		}
 		if _, err := k.as("admin", "", runs...); err != nil {
 			t.Fatalf("%v\n%s", err, k.must(t, "get", "ar,preq", "-o", "wide"))
+		}
+		// A run's status and its PendingRequest are separate writes of the manager: wait for both.
+		for _, s := range samples {
+			if _, err := k.as("admin", "", "wait", "--for=create", "--timeout=30s", "preq/"+preqName(s.run)); err != nil {
+				t.Fatalf("%v\n%s", err, k.must(t, "get", "ar,preq", "-o", "wide"))
+			}
 		}
 		for _, s := range samples {
 			if got := k.must(t, "get", "preq", preqName(s.run), "-o", "jsonpath={.spec.request.kind}"); got != s.kind {
@@ -201,8 +211,10 @@ func TestFirstFiveMinutes(t *testing.T) {
 		if by := k.must(t, "get", "preq", preqName("buy-gpu-unattended"), "-o", "jsonpath={.status.answeredBy}"); by != "system:expired" {
 			t.Errorf("answeredBy = %q, want system:expired", by)
 		}
-		if phase := k.must(t, "get", "preq", preqName("buy-gpu-unattended"), "-o", "jsonpath={.status.phase}"); phase != "Expired" {
-			t.Errorf("phase = %q, want Expired", phase)
+		// The manager writes the request's phase after the expiry answer the run consumed.
+		if _, err := k.as("admin", "", "wait", "--for=jsonpath={.status.phase}=Expired", "--timeout=30s",
+			"preq/"+preqName("buy-gpu-unattended")); err != nil {
+			t.Errorf("phase: %v", err)
 		}
 	})
 	t.Logf("e2e took %s", time.Since(start).Round(time.Second))

@@ -204,7 +204,10 @@ func (k kubectl) as(user string, stdin string, args ...string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", kc, "-n", k.namespace}, args...)...)
+	// A discovery cache of the cluster's own: one another run left for the same address would not
+	// know this cluster's CRDs.
+	cache := filepath.Join(k.dir, "kubectl-cache")
+	cmd := exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", kc, "--cache-dir", cache, "-n", k.namespace}, args...)...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
@@ -226,4 +229,69 @@ func (k kubectl) must(t *testing.T, args ...string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// eventually calls f until it returns nil, and fails the test with f's last error when that takes
+// longer than timeout: for what the API server or the manager publishes a moment after the write
+// that causes it.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitPolicies waits until the API server enforces config/policies, which it does a moment after
+// they are installed: bob, whom RBAC lets answer, is refused a request only alice may answer, and
+// alice's answer is stamped with her name. The probes run in a namespace of their own.
+func waitPolicies(t *testing.T, k kubectl) {
+	t.Helper()
+	probe := kubectl{bin: k.bin, dir: k.dir, namespace: "e2e-policy-probe"}
+	probe.must(t, "create", "namespace", probe.namespace)
+	newRequest := func(approvers string) (string, error) {
+		manifest := `apiVersion: toolnexus.dev/v1alpha1
+kind: PendingRequest
+metadata: {generateName: probe-}
+spec:
+  runRef: {name: probe}
+  toolCall: {id: call_1, name: probe, arguments: "{}"}
+  request: {id: probe-1, kind: approval, prompt: "May the probe run?"}
+` + approvers
+		out, err := probe.as("admin", manifest, "create", "-f", "-", "-o", "name")
+		return strings.TrimSpace(out), err
+	}
+	approve := `{"status":{"answer":{"ok":true},"answeredBy":"forged"}}`
+	eventually(t, time.Minute, "the policies refuse bob", func() error {
+		preq, err := newRequest("  approvers: {users: [alice]}\n")
+		if err != nil {
+			return err
+		}
+		_, err = probe.as("bob", "", "patch", preq, "--subresource=status", "--type=merge", "-p", approve)
+		if err == nil || !strings.Contains(err.Error(), "may not answer") {
+			return fmt.Errorf("bob's answer: err = %v, want a refusal naming the approvers", err)
+		}
+		return nil
+	})
+	eventually(t, time.Minute, "the policies stamp who answered", func() error {
+		preq, err := newRequest("")
+		if err != nil {
+			return err
+		}
+		if _, err := probe.as("alice", "", "patch", preq, "--subresource=status", "--type=merge", "-p", approve); err != nil {
+			return err
+		}
+		by, err := probe.as("admin", "", "get", preq, "-o", "jsonpath={.status.answeredBy}")
+		if err == nil && by != "alice" {
+			err = fmt.Errorf("answeredBy = %q, want alice", by)
+		}
+		return err
+	})
 }
