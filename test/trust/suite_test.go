@@ -130,7 +130,7 @@ func clientAs(user envtest.User) client.Client {
 }
 
 // startManager runs the AgentRun controller as the manager's ServiceAccount, requiring the
-// Secret access label, until stopManager is called.
+// Secret access label and holding at most 8 MiB of transcript per run, until stopManager is called.
 func startManager() {
 	skip := true
 	mgr, err := ctrl.NewManager(managerConfig, ctrl.Options{
@@ -141,8 +141,9 @@ func startManager() {
 	Expect((&controller.AgentRunReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
-		Metrics:            controller.NewMetrics(prometheus.NewRegistry(), mgr.GetClient()),
-		RequireSecretLabel: true,
+		Metrics:               controller.NewMetrics(prometheus.NewRegistry(), mgr.GetClient()),
+		RequireSecretLabel:    true,
+		MaxTranscriptRawBytes: 8 << 20,
 	}).SetupWithManager(mgr)).To(Succeed())
 	runCtx, cancel := context.WithCancel(context.Background())
 	stopManager, managerDone = cancel, make(chan struct{})

@@ -87,6 +87,15 @@ func forbidden(err error) {
 	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden, got %v", err)
 }
 
+// approve answers preq ok as alice. Her client discovers the API lazily, and discovery may lag
+// behind the CRDs on a busy machine: the first answer is retried until it is accepted.
+func approve(preq *toolnexusv1alpha1.PendingRequest) {
+	GinkgoHelper()
+	Eventually(func() error {
+		return alice.Status().Patch(ctx, preq.DeepCopy(), mergePatch(`{"status":{"answer":{"ok":true}}}`))
+	}, eventually).Should(Succeed())
+}
+
 func mergePatch(p string) client.Patch { return client.RawPatch(types.MergePatchType, []byte(p)) }
 
 var _ = Describe("A namespace editor who is no approver", func() {
@@ -138,7 +147,7 @@ var _ = Describe("A namespace editor who is no approver", func() {
 		Expect(getRun(run).Status.Phase).To(Equal(toolnexusv1alpha1.RunPhaseSuspended))
 
 		By("alice, the approver, approves")
-		Expect(alice.Status().Patch(ctx, preq.DeepCopy(), mergePatch(`{"status":{"answer":{"ok":true}}}`))).To(Succeed())
+		approve(preq)
 		Eventually(succeeded(run), eventually).Should(Equal("True/Completed"))
 		var shown map[string]any
 		Expect(json.Unmarshal([]byte(preq.Spec.ToolCall.Arguments), &shown)).To(Succeed())
@@ -168,7 +177,7 @@ var _ = Describe("A record that disagrees with its request", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(admin.Update(ctx, head)).To(Succeed())
 
-		Expect(alice.Status().Patch(ctx, preq.DeepCopy(), mergePatch(`{"status":{"answer":{"ok":true}}}`))).To(Succeed())
+		approve(preq)
 		Eventually(succeeded(run), eventually).Should(Equal("False/" + toolnexusv1alpha1.ReasonStateMismatch))
 		Expect(getRun(run).Status.Conditions).To(ContainElement(HaveField("Message", ContainSubstring("PendingRequest "+preq.Name+" shows other arguments"))))
 		Consistently(func() []map[string]any { return ts.Calls() }, "2s").Should(BeEmpty(), "nothing runs")
@@ -182,7 +191,7 @@ var _ = Describe("A record that disagrees with its request", func() {
 		Expect(admin.Create(ctx, run)).To(Succeed())
 		preq := openRequest(run)
 		Expect(admin.Delete(ctx, &toolnexusv1alpha1.AgentRunRecord{ObjectMeta: metav1.ObjectMeta{Name: "buy", Namespace: ns}})).To(Succeed())
-		Expect(alice.Status().Patch(ctx, preq.DeepCopy(), mergePatch(`{"status":{"answer":{"ok":true}}}`))).To(Succeed())
+		approve(preq)
 		Eventually(succeeded(run), eventually).Should(Equal("False/" + toolnexusv1alpha1.ReasonStateMismatch))
 		Expect(ts.Calls()).To(BeEmpty())
 		Expect(model.Requests()).To(HaveLen(1), "the run does not start over")
@@ -204,7 +213,7 @@ var _ = Describe("A PendingRequest the run did not create", func() {
 			},
 		}
 		Expect(admin.Create(ctx, squat)).To(Succeed())
-		Expect(alice.Status().Patch(ctx, squat, mergePatch(`{"status":{"answer":{"ok":true}}}`))).To(Succeed())
+		approve(squat)
 		run := gatedRun(ns, model.URL, ts)
 		Expect(admin.Create(ctx, run)).To(Succeed())
 		Eventually(succeeded(run), eventually).Should(Equal("False/" + toolnexusv1alpha1.ReasonStateMismatch))
