@@ -23,6 +23,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/netguard"
 )
 
@@ -32,6 +33,8 @@ func main() {
 		watchNamespaces, leaderElectionNS string
 		secureMetrics, leaderElect        bool
 		maxConcurrent, maxTranscriptMiB   int
+		maxTranscriptRawMiB, maxToolCalls int
+		requireSecretLabel                bool
 		denyCIDRs, allowCIDRs             string
 		maxResponseMiB                    int64
 	)
@@ -44,6 +47,9 @@ func main() {
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 8, "How many runs are stepped at once.")
 	flag.IntVar(&maxTranscriptMiB, "max-transcript-size", controller.DefaultMaxTranscriptBytes>>20, "How many MiB (compressed) of transcript a run may store; a run that needs more fails with TranscriptTooLarge.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
+	flag.IntVar(&maxTranscriptRawMiB, "max-transcript-decoded-size", controller.DefaultMaxTranscriptRawBytes>>20, "How many MiB of transcript, decoded, a run may hold; a run that needs more fails with TranscriptTooLarge.")
+	flag.IntVar(&maxToolCalls, "max-tool-calls-per-turn", loop.DefaultMaxToolCallsPerTurn, "How many tool calls of one model turn run; the model is told about the others.")
+	flag.BoolVar(&requireSecretLabel, "require-secret-label", false, "Let runs read only Secrets labelled "+toolnexusv1alpha1.SecretAccessLabel+"=true; others make the run wait with reason SecretNotAllowed.")
 	flag.StringVar(&denyCIDRs, "deny-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may not reach, in addition to link-local (169.254.0.0/16, fe80::/10).")
 	flag.StringVar(&allowCIDRs, "allow-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may reach even when denied, link-local included.")
 	flag.Int64Var(&maxResponseMiB, "max-response-size", netguard.DefaultMaxResponseBytes>>20, "How many MiB of one model, HTTP tool or MCP response body the manager reads before it fails the request.")
@@ -94,6 +100,9 @@ func main() {
 		Metrics:                 controller.NewMetrics(metrics.Registry, mgr.GetClient()),
 		MaxConcurrentReconciles: maxConcurrent,
 		MaxTranscriptBytes:      maxTranscriptMiB << 20,
+		MaxTranscriptRawBytes:   maxTranscriptRawMiB << 20,
+		MaxToolCallsPerTurn:     maxToolCalls,
+		RequireSecretLabel:      requireSecretLabel,
 		HTTPClient:              httpClient,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up the AgentRun controller")

@@ -287,6 +287,12 @@ func (r *AgentRunReconciler) stepFailed(ctx context.Context, s *scope, err error
 		// The manager is stopping: the step did not happen, and the next leader repeats it.
 		return ctrl.Result{}, err
 	}
+	var invalid *specError
+	if errors.As(err, &invalid) {
+		s.rec.State.End(toolnexusv1alpha1.ReasonInvalidSpec, truncate(invalid.Error(), 2048))
+		s.dirty = true
+		return ctrl.Result{}, nil
+	}
 	retries := 0
 	if s.run.Spec.Model.Retries != nil { // defaulted by the CRD
 		retries = int(*s.run.Spec.Model.Retries)

@@ -450,4 +450,19 @@ var _ = Describe("AgentRun with a spec that passed admission but cannot run", fu
 		Expect(c.Message).To(ContainSubstring("spec.approvals"))
 		Expect(model.Requests()).To(BeEmpty())
 	})
+
+	It("fails with InvalidSpec when an approval prompt cannot be rendered, and runs nothing", func() {
+		ns := newNamespace()
+		ts := newToolServer(func(toolCall) (int, string) { return 200, "ran" })
+		model := looptest.New(GinkgoT(), looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "act", Arguments: "{}"}))
+		run := newRun(ns, "bad-prompt", model.URL, ts, "act")
+		run.Spec.Approvals = []toolnexusv1alpha1.ApprovalGate{{Tools: []string{"*"}, Prompt: `{{printf "%600000000d" 1}}`}}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseFailed))
+		c := condition(run, toolnexusv1alpha1.ConditionSucceeded)
+		Expect(c.Reason).To(Equal(toolnexusv1alpha1.ReasonInvalidSpec))
+		Expect(c.Message).To(ContainSubstring("prompt cannot be rendered"))
+		Expect(ts.Calls()).To(BeEmpty())
+		Expect(model.Requests()).To(HaveLen(1), "not retried as a model failure")
+	})
 })

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/netguard"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -207,6 +209,9 @@ func gateHooks(approvals []toolnexusv1alpha1.ApprovalGate) (loop.Hooks, error) {
 			return nil, err
 		}
 		req, err := gates.Check(ev.Name, ev.Args, ev.ID, string(raw))
+		if errors.Is(err, tools.ErrPromptRender) {
+			return nil, &specError{err} // the run ends InvalidSpec: no call of this gate could be shown
+		}
 		if req == nil {
 			return nil, err
 		}
@@ -247,8 +252,8 @@ func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
 	return d.Duration
 }
 
-// defaultHTTPClient is the default client for model and tool requests: per-request timeouts come from
-// contexts, so the client itself sets none.
+// defaultHTTPClient is the default client for model and tool requests, behind the network guard
+// with its defaults: per-request timeouts come from contexts, so the client itself sets none.
 func defaultHTTPClient() *http.Client {
-	return &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	return netguard.Config{}.Client()
 }

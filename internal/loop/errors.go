@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"regexp"
 	"time"
+
+	"github.com/toolnexus/operator/internal/netguard"
 )
 
 // ProviderError is a non-2xx answer of the model endpoint.
@@ -51,6 +53,12 @@ func Retryable(err error) (retry bool, after time.Duration) {
 	var pe *ProviderError
 	if errors.As(err, &pe) {
 		return retryableStatus[pe.Status], pe.RetryAfter
+	}
+	// The network guard refusing an address or a redirect is policy: asking again cannot help.
+	var denied *netguard.DeniedError
+	var redirect *netguard.RedirectError
+	if errors.As(err, &denied) || errors.As(err, &redirect) {
+		return false, 0
 	}
 	var ne *networkError
 	if errors.As(err, &ne) || errors.Is(err, ErrInvalidResponse) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/netguard"
 )
 
 func TestRedactBody(t *testing.T) {
@@ -159,6 +161,18 @@ func TestNetworkErrors(t *testing.T) {
 		_, err := c.Step(context.Background(), NewState("go"), nil)
 		if retry, _ := Retryable(err); !retry || !strings.Contains(err.Error(), "no answer within 20ms") {
 			t.Errorf("err = %v, want a retryable timeout", err)
+		}
+	})
+	t.Run("refused by the network guard", func(t *testing.T) {
+		srv := looptest.New(t) // on 127.0.0.1, denied below: no request may reach it
+		deny := netguard.Config{Deny: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+		c := newClient(t, srv.URL, func(o *Options) { o.HTTPClient = deny.Client() })
+		_, err := c.Step(context.Background(), NewState("go"), nil)
+		if retry, _ := Retryable(err); retry || !strings.Contains(err.Error(), "127.0.0.1/32 is denied") {
+			t.Errorf("err = %v, want a non-retryable refusal naming the rule", err)
+		}
+		if n := len(srv.Requests()); n != 0 {
+			t.Errorf("the denied endpoint got %d requests", n)
 		}
 	})
 	t.Run("caller cancelled", func(t *testing.T) {
