@@ -1,5 +1,7 @@
 package v1alpha1
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // AgentRun condition types.
 const (
 	// ConditionSucceeded is the run's terminal summary: Unknown while the run is active, True when
@@ -103,3 +105,9 @@ const RunLabel = "toolnexus.dev/run"
 // SecretAccessLabel marks a Secret that AgentRuns may read when the manager runs with
 // --require-secret-label; its value must be "true".
 const SecretAccessLabel = "toolnexus.dev/agentrun-access"
+
+// StatusConditions gives condition helpers the run's conditions to set.
+func (r *AgentRun) StatusConditions() *[]metav1.Condition { return &r.Status.Conditions }
+
+// StatusConditions gives condition helpers the request's conditions to set.
+func (p *PendingRequest) StatusConditions() *[]metav1.Condition { return &p.Status.Conditions }

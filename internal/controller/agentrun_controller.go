@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -151,19 +150,29 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err != nil || s.gone {
 		return ctrl.Result{}, err
 	}
-	// Everything below projects what was saved.
-	if err := r.syncRequests(ctx, s); err != nil {
+	if err := r.project(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.patchStatus(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	s.emitEvents()
 	if finished(run) {
-		r.emitFinished(s)
 		return r.reconcileFinished(ctx, run)
 	}
 	return result, nil
+}
+
+// project writes what the saved state says onto the run's requests and status, then records the
+// events of what changed. It runs only when nothing unsaved is left, so a request is never marked
+// Resolved and a run never reported on the strength of a state that could still be lost.
+func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
+	if err := r.syncRequests(ctx, s); err != nil {
+		return err
+	}
+	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
+	if _, err := patchStatus(ctx, r.Client, s.run, s.before); err != nil {
+		return err
+	}
+	s.emitEvents()
+	r.emitTransitions(s)
+	return nil
 }
 
 // scope is what one reconcile of one run has read and decided.
@@ -314,7 +323,6 @@ func (r *AgentRunReconciler) stepFailed(ctx context.Context, s *scope, err error
 
 // save persists the record; a record too large to store ends the run with TranscriptTooLarge.
 func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
-	first := !s.rec.started()
 	err := r.saveRecord(ctx, s.run, s.rec)
 	if errors.Is(err, errRecordTooLarge) {
 		// What could not be stored ends here: status is the run's last word.
@@ -334,11 +342,6 @@ func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.dirty = false
-	if first {
-		s.event(func() {
-			r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.run.Spec.Model.Name)
-		})
-	}
 	return nil
 }
 
@@ -356,46 +359,30 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *toolnex
 	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, run, client.PropagationPolicy("Background")))
 }
 
-// patchStatus derives status and patches it when it changed.
-func (r *AgentRunReconciler) patchStatus(ctx context.Context, s *scope) error {
-	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
-	if equality.Semantic.DeepEqual(s.before.Status, s.run.Status) {
-		return nil
+// emitTransitions records the events of the run's status transitions, from the difference between
+// the status before this reconcile and the one just written.
+func (r *AgentRunReconciler) emitTransitions(s *scope) {
+	before, after := conditionOf(s.before, toolnexusv1alpha1.ConditionSucceeded), conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
+	if s.before.Status.StartTime == nil && s.run.Status.StartTime != nil {
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.run.Spec.Model.Name)
 	}
-	if err := r.Status().Patch(ctx, s.run, client.MergeFrom(s.before)); err != nil {
-		return err
+	waiting := after.Reason == toolnexusv1alpha1.ReasonSecretNotFound || after.Reason == toolnexusv1alpha1.ReasonSecretNotAllowed
+	if waiting && before.Reason != after.Reason {
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, after.Reason, actionStep, "%s; the run starts when it is resolved", after.Message)
 	}
-	r.emitProgress(s)
-	return nil
-}
-
-// emitProgress records events for transitions of an active run's waiting reason.
-func (r *AgentRunReconciler) emitProgress(s *scope) {
-	reason := s.progress.reason
-	if reason != toolnexusv1alpha1.ReasonSecretNotFound && reason != toolnexusv1alpha1.ReasonSecretNotAllowed {
+	if finished(s.before) || !finished(s.run) {
 		return
 	}
-	if conditionReason(s.before, toolnexusv1alpha1.ConditionSucceeded) != reason {
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, reason, actionStep, "%s; the run starts when it is resolved", s.progress.message)
-	}
-}
-
-// emitFinished records the terminal event once, when the run's status first says it ended.
-func (r *AgentRunReconciler) emitFinished(s *scope) {
-	if finished(s.before) {
-		return
-	}
-	c := conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
-	switch c.Reason {
+	switch after.Reason {
 	case toolnexusv1alpha1.ReasonCompleted:
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunSucceeded, actionStep, "Run succeeded after %d turns", s.run.Status.Turns)
 	case toolnexusv1alpha1.ReasonMaxTurns:
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunIncomplete, actionStep, "%s", c.Message)
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunIncomplete, actionStep, "%s", after.Message)
 	case toolnexusv1alpha1.ReasonCancelled:
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunCancelled, actionStep, "%s", c.Message)
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunCancelled, actionStep, "%s", after.Message)
 	default:
-		r.Metrics.runErrors.WithLabelValues(c.Reason).Inc()
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunFailed, actionStep, "%s: %s", c.Reason, truncate(c.Message, 1024))
+		r.Metrics.runErrors.WithLabelValues(after.Reason).Inc()
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunFailed, actionStep, "%s: %s", after.Reason, truncate(after.Message, 1024))
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -183,7 +182,7 @@ func (r *AgentRunReconciler) expire(ctx context.Context, preq *toolnexusv1alpha1
 	preq.Status.Answer = &toolnexusv1alpha1.Answer{OK: false, Reason: tools.ReasonExpired}
 	preq.Status.AnsweredBy = toolnexusv1alpha1.ExpiredAnswerer
 	preq.Status.AnsweredAt = &metav1.Time{Time: now}
-	if err := r.Status().Patch(ctx, preq, client.MergeFrom(before)); err != nil {
+	if _, err := patchStatus(ctx, r.Client, preq, before); err != nil {
 		if apierrors.IsInvalid(err) {
 			// Someone answered in the meantime: their answer stands and arrives with the next event.
 			return nil
@@ -259,10 +258,7 @@ func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 		}
 		before := preq.DeepCopy()
 		setRequestStatus(preq, waiting[name+"/"+string(preq.UID)])
-		if equality.Semantic.DeepEqual(before.Status, preq.Status) {
-			continue
-		}
-		if err := r.Status().Patch(ctx, preq, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := patchStatus(ctx, r.Client, preq, before); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("updating PendingRequest %s status: %w", name, err)
 		}
 	}
@@ -275,29 +271,37 @@ func setRequestStatus(preq *toolnexusv1alpha1.PendingRequest, open bool) {
 	cancelled := !open && preq.Status.Answer == nil
 	preq.Status.Phase = requestPhase(preq, cancelled)
 	preq.Status.ObservedGeneration = preq.Generation
-	answered := metav1.Condition{Type: toolnexusv1alpha1.ConditionAnswered, Status: metav1.ConditionFalse,
-		Reason: toolnexusv1alpha1.ReasonAwaitingAnswer, Message: "Waiting for status.answer", ObservedGeneration: preq.Generation}
-	if a := preq.Status.Answer; a != nil {
-		answered.Status, answered.Reason, answered.Message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonApproved, "Answered ok by "+answererOf(preq)
-		if !a.OK {
-			answered.Reason, answered.Message = toolnexusv1alpha1.ReasonDeclined, "Declined by "+answererOf(preq)
-			if preq.Status.Phase == toolnexusv1alpha1.RequestPhaseExpired {
-				answered.Reason, answered.Message = toolnexusv1alpha1.ReasonExpired, "Expired unanswered"
-			}
-		}
-	} else if cancelled {
-		answered.Reason, answered.Message = toolnexusv1alpha1.ReasonRunGone, "The run ended before an answer came"
+	setAnswered(preq, cancelled)
+	setResolved(preq, open, cancelled)
+}
+
+// setAnswered is True once an answer is there, with a reason saying which.
+func setAnswered(preq *toolnexusv1alpha1.PendingRequest, cancelled bool) {
+	a := preq.Status.Answer
+	switch {
+	case a != nil && a.OK:
+		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonApproved, "Answered ok by "+answererOf(preq))
+	case a != nil && preq.Status.Phase == toolnexusv1alpha1.RequestPhaseExpired:
+		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonExpired, "Expired unanswered")
+	case a != nil:
+		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonDeclined, "Declined by "+answererOf(preq))
+	case cancelled:
+		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonRunGone, "The run ended before an answer came")
+	default:
+		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAwaitingAnswer, "Waiting for status.answer")
 	}
-	meta.SetStatusCondition(&preq.Status.Conditions, answered)
-	resolved := metav1.Condition{Type: toolnexusv1alpha1.ConditionResolved, Status: metav1.ConditionFalse,
-		Reason: toolnexusv1alpha1.ReasonAnswerPending, Message: "The run has not consumed an answer yet", ObservedGeneration: preq.Generation}
-	if !open {
-		resolved.Status, resolved.Reason, resolved.Message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswerConsumed, "The run has consumed the answer"
-		if cancelled {
-			resolved.Reason, resolved.Message = toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled"
-		}
+}
+
+// setResolved is True once the saved state no longer waits on the request.
+func setResolved(preq *toolnexusv1alpha1.PendingRequest, open, cancelled bool) {
+	switch {
+	case open:
+		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAnswerPending, "The run has not consumed an answer yet")
+	case cancelled:
+		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled")
+	default:
+		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswerConsumed, "The run has consumed the answer")
 	}
-	meta.SetStatusCondition(&preq.Status.Conditions, resolved)
 }
 
 // openSummaries lists the run's open requests for status.pending, in call order.

@@ -9,6 +9,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/tools"
 )
 
 // Bounds of what status keeps; the transcript holds everything.
@@ -37,12 +38,27 @@ func finished(run *toolnexusv1alpha1.AgentRun) bool {
 	return c != nil && c.Status != metav1.ConditionUnknown
 }
 
-// setStatus derives the run's status from its record, its open requests and this reconcile's
-// progress. It is pure: the caller patches the result.
+// setStatus derives the run's status from its saved record, its open requests and this
+// reconcile's progress: the fields, then one pure function per condition. The caller patches the
+// result.
 func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexusv1alpha1.PendingSummary, p progress, now time.Time) {
+	if len(open) > maxStatusPending {
+		open = open[:maxStatusPending]
+	}
+	setFields(run, rec, open, now)
+	setSucceeded(run, rec, open, p)
+	if finished(run) && run.Status.CompletionTime == nil {
+		run.Status.CompletionTime = &metav1.Time{Time: now}
+	}
+	setKstatus(run)
+	setSuspended(run, open)
+	setToolsReady(run, p)
+}
+
+// setFields copies the loop state's counters and summaries into status.
+func setFields(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexusv1alpha1.PendingSummary, now time.Time) {
 	st, s := rec.State, &run.Status
-	gen := run.Generation
-	s.ObservedGeneration = gen
+	s.ObservedGeneration = run.Generation
 	s.Turns, s.ToolCallCount, s.Model = int32(st.Turn), int32(st.ToolCallCount), st.Model
 	s.Usage = toolnexusv1alpha1.Usage{
 		PromptTokens: int64(st.Usage.PromptTokens), CompletionTokens: int64(st.Usage.CompletionTokens),
@@ -50,9 +66,6 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 	}
 	s.ModelFailures = int32(st.ModelFailures)
 	s.ToolCalls = toolCallSummaries(st.ToolCalls)
-	if len(open) > maxStatusPending {
-		open = open[:maxStatusPending]
-	}
 	s.Pending, s.PendingCount = open, int32(len(open))
 	if rec.started() {
 		s.TranscriptRef = &toolnexusv1alpha1.TranscriptReference{Name: recordName(run.Name, 0)}
@@ -60,80 +73,85 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 			s.StartTime = &metav1.Time{Time: now}
 		}
 	}
+}
 
-	succeeded := metav1.Condition{Type: toolnexusv1alpha1.ConditionSucceeded, ObservedGeneration: gen}
-	s.Limit, s.Text = "", ""
+// setSucceeded sets the terminal summary and the display fields derived from it: phase, result,
+// limit and text.
+func setSucceeded(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexusv1alpha1.PendingSummary, p progress) {
+	st, s := rec.State, &run.Status
+	status, reason, message := metav1.ConditionUnknown, "", ""
+	s.Limit, s.Text, s.Result = "", "", ""
 	switch {
 	case st.Outcome != nil:
-		succeeded.Status, succeeded.Reason, succeeded.Message = metav1.ConditionFalse, st.Outcome.Reason, st.Outcome.Message
-		s.Phase, s.Result = toolnexusv1alpha1.RunPhaseFailed, ""
+		status, reason, message = metav1.ConditionFalse, st.Outcome.Reason, st.Outcome.Message
+		s.Phase = toolnexusv1alpha1.RunPhaseFailed
 	case st.Status == loop.StatusDone:
-		succeeded.Status, succeeded.Reason, succeeded.Message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonCompleted, "The model gave its final answer"
+		status, reason, message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonCompleted, "The model gave its final answer"
 		s.Phase, s.Result, s.Text = toolnexusv1alpha1.RunPhaseSucceeded, loop.StatusDone, truncate(st.Text, maxStatusText)
 	case st.Status == loop.StatusIncomplete:
-		succeeded.Status, succeeded.Reason = metav1.ConditionFalse, toolnexusv1alpha1.ReasonMaxTurns
-		succeeded.Message = "The run used all its model turns without a final answer"
+		status, reason = metav1.ConditionFalse, toolnexusv1alpha1.ReasonMaxTurns
+		message = "The run used all its model turns without a final answer"
 		s.Phase, s.Result, s.Limit = toolnexusv1alpha1.RunPhaseIncomplete, loop.StatusIncomplete, st.Limit
 		s.Text = truncate(st.Text, maxStatusText)
-	default:
-		succeeded.Status = metav1.ConditionUnknown
-		switch {
-		case p.reason != "":
-			succeeded.Reason, succeeded.Message = p.reason, p.message
-			s.Phase = toolnexusv1alpha1.RunPhaseRunning
-			if !rec.started() {
-				s.Phase = toolnexusv1alpha1.RunPhasePending
-			}
-		case len(open) > 0:
-			succeeded.Reason, succeeded.Message = toolnexusv1alpha1.ReasonWaitingForAnswer, "The run waits for an answer to its PendingRequests"
-			s.Phase = toolnexusv1alpha1.RunPhaseSuspended
-		case !rec.started():
-			succeeded.Reason, succeeded.Message = toolnexusv1alpha1.ReasonPending, "The run has not taken its first step"
+	case p.reason != "":
+		reason, message = p.reason, p.message
+		s.Phase = toolnexusv1alpha1.RunPhaseRunning
+		if !rec.started() {
 			s.Phase = toolnexusv1alpha1.RunPhasePending
-		default:
-			succeeded.Reason, succeeded.Message = toolnexusv1alpha1.ReasonRunning, "The run is taking steps"
-			s.Phase = toolnexusv1alpha1.RunPhaseRunning
 		}
-		if len(open) > 0 {
-			s.Result, s.Text = loop.StatusPending, truncate(open[0].Prompt, maxStatusText)
-		} else {
-			s.Result = ""
-		}
+	case len(open) > 0:
+		reason, message = toolnexusv1alpha1.ReasonWaitingForAnswer, "The run waits for an answer to its PendingRequests"
+		s.Phase = toolnexusv1alpha1.RunPhaseSuspended
+	case !rec.started():
+		reason, message = toolnexusv1alpha1.ReasonPending, "The run has not taken its first step"
+		s.Phase = toolnexusv1alpha1.RunPhasePending
+	default:
+		reason, message = toolnexusv1alpha1.ReasonRunning, "The run is taking steps"
+		s.Phase = toolnexusv1alpha1.RunPhaseRunning
 	}
-	meta.SetStatusCondition(&s.Conditions, succeeded)
-	if succeeded.Status != metav1.ConditionUnknown && s.CompletionTime == nil {
-		s.CompletionTime = &metav1.Time{Time: now}
+	if status == metav1.ConditionUnknown && len(open) > 0 {
+		s.Result, s.Text = loop.StatusPending, truncate(open[0].Prompt, maxStatusText)
 	}
-	// kstatus reads abnormal-true conditions: Reconciling while active, Stalled after a failure.
-	abnormal := map[metav1.ConditionStatus]string{
-		metav1.ConditionUnknown: toolnexusv1alpha1.ConditionReconciling,
-		metav1.ConditionFalse:   toolnexusv1alpha1.ConditionStalled,
-	}
-	for status, t := range abnormal {
-		if succeeded.Status != status {
-			meta.RemoveStatusCondition(&s.Conditions, t)
+	setCondition(run, toolnexusv1alpha1.ConditionSucceeded, status, reason, message)
+}
+
+// setKstatus sets the abnormal-true conditions kstatus reads, mirroring Succeeded: Reconciling
+// while the run is active, Stalled once it ended without success.
+func setKstatus(run *toolnexusv1alpha1.AgentRun) {
+	succeeded := conditionOf(run, toolnexusv1alpha1.ConditionSucceeded)
+	for t, when := range map[string]metav1.ConditionStatus{
+		toolnexusv1alpha1.ConditionReconciling: metav1.ConditionUnknown,
+		toolnexusv1alpha1.ConditionStalled:     metav1.ConditionFalse,
+	} {
+		if succeeded.Status != when {
+			meta.RemoveStatusCondition(&run.Status.Conditions, t)
 			continue
 		}
-		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionTrue,
-			ObservedGeneration: gen, Reason: succeeded.Reason, Message: succeeded.Message})
+		setCondition(run, t, metav1.ConditionTrue, succeeded.Reason, succeeded.Message)
 	}
+}
 
-	suspended := metav1.Condition{Type: toolnexusv1alpha1.ConditionSuspended, ObservedGeneration: gen,
-		Status: metav1.ConditionFalse, Reason: toolnexusv1alpha1.ReasonNoOpenRequests, Message: "No PendingRequest of the run is open"}
+// setSuspended is True while a request of the run is open.
+func setSuspended(run *toolnexusv1alpha1.AgentRun, open []toolnexusv1alpha1.PendingSummary) {
 	if len(open) > 0 {
-		suspended.Status, suspended.Reason, suspended.Message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonOpenRequests, "Waiting for an answer to "+open[0].Name
+		setCondition(run, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionTrue, toolnexusv1alpha1.ReasonOpenRequests, "Waiting for an answer to "+open[0].Name)
+		return
 	}
-	meta.SetStatusCondition(&s.Conditions, suspended)
+	setCondition(run, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionFalse, toolnexusv1alpha1.ReasonNoOpenRequests, "No PendingRequest of the run is open")
+}
 
-	if len(run.Spec.MCPServers) > 0 && p.toolsBuilt {
-		tr := metav1.Condition{Type: toolnexusv1alpha1.ConditionToolsReady, ObservedGeneration: gen,
-			Status: metav1.ConditionTrue, Reason: toolnexusv1alpha1.ReasonToolsAvailable, Message: "Every MCP server answered"}
-		if len(p.mcpFailures) > 0 {
-			tr.Status, tr.Reason = metav1.ConditionFalse, toolnexusv1alpha1.ReasonMCPServerUnavailable
-			tr.Message = truncate("Left out the tools of: "+strings.Join(p.mcpFailures, "; "), 1024)
-		}
-		meta.SetStatusCondition(&s.Conditions, tr)
+// setToolsReady says whether every MCP server answered when the tools were last built; when they
+// were not built this reconcile the condition stays as it was.
+func setToolsReady(run *toolnexusv1alpha1.AgentRun, p progress) {
+	if len(run.Spec.MCPServers) == 0 || !p.toolsBuilt {
+		return
 	}
+	if len(p.mcpFailures) > 0 {
+		setCondition(run, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionFalse, toolnexusv1alpha1.ReasonMCPServerUnavailable,
+			truncate("Left out the tools of: "+strings.Join(p.mcpFailures, "; "), 1024))
+		return
+	}
+	setCondition(run, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonToolsAvailable, "Every MCP server answered")
 }
 
 func toolCallSummaries(calls []loop.ToolCall) []toolnexusv1alpha1.ToolCallSummary {
@@ -158,9 +176,9 @@ func requestPhase(preq *toolnexusv1alpha1.PendingRequest, cancelled bool) toolne
 		return toolnexusv1alpha1.RequestPhaseCancelled
 	case a == nil:
 		return toolnexusv1alpha1.RequestPhaseWaiting
-	case !a.OK && a.Reason == "expired" && preq.Status.AnsweredBy == toolnexusv1alpha1.ExpiredAnswerer:
+	case !a.OK && a.Reason == tools.ReasonExpired && preq.Status.AnsweredBy == toolnexusv1alpha1.ExpiredAnswerer:
 		return toolnexusv1alpha1.RequestPhaseExpired
-	case !a.OK && a.Reason == "cancelled":
+	case !a.OK && a.Reason == tools.ReasonCancelled:
 		return toolnexusv1alpha1.RequestPhaseCancelled
 	}
 	return toolnexusv1alpha1.RequestPhaseAnswered
