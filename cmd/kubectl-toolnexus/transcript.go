@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -13,66 +10,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop/state"
+	"github.com/toolnexus/operator/internal/record"
 )
-
-// A run's record lives in AgentRunRecords (internal/record): the head (status.transcriptRef)
-// holds the gzipped JSON {"state": <loop.State>, "segments": [...]}; each sealed segment, named in
-// segments, holds the gzipped JSON {"messages": [...]} of older messages, which come before the
-// head's.
 
 // maxTranscriptBytes bounds what the plugin decodes of one record object.
 const maxTranscriptBytes = 256 << 20
-
-// The shapes below mirror internal/record and internal/loop.State, reading only what the
-// transcript shows. The plugin does not import them, which would pull the model SDKs into it;
-// the tests write the record with the real types, so a drift between the two fails them.
-type transcriptRecord struct {
-	State    *transcriptState    `json:"state"`
-	Segments []transcriptSegment `json:"segments,omitempty"`
-}
-
-type transcriptSegment struct {
-	Name     string `json:"name"`
-	Messages int    `json:"messages"`
-}
-
-type transcriptState struct {
-	Messages []transcriptMessage `json:"messages"`
-	Turn     int                 `json:"turn"`
-	Model    string              `json:"model,omitempty"`
-	Calls    []transcriptCall    `json:"calls,omitempty"`
-	Status   string              `json:"status,omitempty"`
-	Limit    string              `json:"limit,omitempty"`
-	Outcome  *struct {
-		Reason  string `json:"reason"`
-		Message string `json:"message"`
-	} `json:"outcome,omitempty"`
-}
-
-type transcriptMessage struct {
-	Role       string               `json:"role"`
-	Content    string               `json:"content,omitempty"`
-	ToolCalls  []transcriptToolCall `json:"toolCalls,omitempty"`
-	ToolCallID string               `json:"toolCallID,omitempty"`
-	IsError    bool                 `json:"isError,omitempty"`
-}
-
-type transcriptToolCall struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-type transcriptCall struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-	Phase     string `json:"phase"`
-	Request   *struct {
-		Kind   string `json:"kind"`
-		Prompt string `json:"prompt"`
-	} `json:"request,omitempty"`
-}
 
 func newTranscriptCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
@@ -98,102 +41,43 @@ func (o *options) runTranscript(ctx context.Context, name string) error {
 	if run.Status.TranscriptRef == nil || run.Status.TranscriptRef.Name == "" {
 		return fmt.Errorf("agentruns.toolnexus.dev %q has no transcript yet (status.transcriptRef is empty): the run has not taken a step", name)
 	}
-	raw, err := o.readTranscriptObject(ctx, run.Namespace, run.Status.TranscriptRef.Name)
-	if err != nil {
+	head := &record.Head{}
+	if err := o.readRecord(ctx, run.Namespace, run.Status.TranscriptRef.Name, head); err != nil {
 		return fmt.Errorf("reading the transcript of agentruns.toolnexus.dev %q: %w", name, err)
 	}
-	rec := &transcriptRecord{}
-	if err := json.Unmarshal(raw, rec); err != nil {
-		return fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: %w", run.Status.TranscriptRef.Name, err)
-	}
-	if rec.State == nil {
+	if head.State == nil {
 		return fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: the record has no state", run.Status.TranscriptRef.Name)
 	}
 	// The sealed segments hold the older messages, in order; the head holds the rest.
-	var sealed []json.RawMessage
-	for _, ref := range rec.Segments {
-		data, err := o.readTranscriptObject(ctx, run.Namespace, ref.Name)
-		if err != nil {
+	segs := make([]*record.Segment, len(head.Segments))
+	for i, ref := range head.Segments {
+		segs[i] = &record.Segment{}
+		if err := o.readRecord(ctx, run.Namespace, ref.Name, segs[i]); err != nil {
 			return fmt.Errorf("reading transcript segment %q of agentruns.toolnexus.dev %q: %w", ref.Name, name, err)
 		}
-		var seg struct {
-			Messages []json.RawMessage `json:"messages"`
-		}
-		if err := json.Unmarshal(data, &seg); err != nil {
-			return fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript segment: %w", ref.Name, err)
-		}
-		sealed = append(sealed, seg.Messages...)
 	}
-	// Both outputs work on the raw messages, so that -o json keeps every field the controller wrote.
-	var state map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &struct {
-		State *map[string]json.RawMessage `json:"state"`
-	}{&state}); err != nil {
-		return err
-	}
-	var head []json.RawMessage
-	if err := json.Unmarshal(orEmptyList(state["messages"]), &head); err != nil {
-		return err
-	}
-	all := append(sealed, head...)
-	if all == nil {
-		all = []json.RawMessage{}
-	}
-	if state["messages"], err = json.Marshal(all); err != nil {
+	if err := record.Join(head, segs); err != nil {
 		return err
 	}
 	if o.output != "" {
-		return o.printData(state)
+		return o.printData(head.State)
 	}
-	rec.State.Messages = nil
-	for _, m := range all {
-		msg := transcriptMessage{}
-		if err := json.Unmarshal(m, &msg); err != nil {
-			return err
-		}
-		rec.State.Messages = append(rec.State.Messages, msg)
-	}
-	return printTranscript(o.out, run, rec)
+	return printTranscript(o.out, run, head.State)
 }
 
-// readTranscriptObject returns the decoded data of one AgentRunRecord.
-func (o *options) readTranscriptObject(ctx context.Context, namespace, name string) ([]byte, error) {
+// readRecord decodes one AgentRunRecord into v.
+func (o *options) readRecord(ctx context.Context, namespace, name string, v any) error {
 	rec := &toolnexusv1alpha1.AgentRunRecord{}
 	if err := o.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rec); err != nil {
-		return nil, err
+		return err
 	}
-	raw, err := gunzip(rec.Data)
-	if err != nil {
-		return nil, fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: %w", name, err)
+	if _, err := record.Decode(rec.Data, v, maxTranscriptBytes); err != nil {
+		return fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: %w", name, err)
 	}
-	return raw, nil
+	return nil
 }
 
-func orEmptyList(raw json.RawMessage) json.RawMessage {
-	if len(raw) == 0 || string(raw) == "null" {
-		return json.RawMessage("[]")
-	}
-	return raw
-}
-
-func gunzip(data []byte) ([]byte, error) {
-	if len(data) == 0 {
-		return nil, fmt.Errorf("empty")
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, err
-	}
-	defer zr.Close()
-	raw, err := io.ReadAll(io.LimitReader(zr, maxTranscriptBytes+1))
-	if err == nil && len(raw) > maxTranscriptBytes {
-		return nil, fmt.Errorf("it decodes to more than %d MiB", maxTranscriptBytes>>20)
-	}
-	return raw, err
-}
-
-func printTranscript(out io.Writer, run *toolnexusv1alpha1.AgentRun, rec *transcriptRecord) error {
-	st := rec.State
+func printTranscript(out io.Writer, run *toolnexusv1alpha1.AgentRun, st *state.State) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "AgentRun %s/%s: %s, %d turns", run.Namespace, run.Name, runPhase(run), st.Turn)
 	if st.Model != "" {
@@ -206,7 +90,7 @@ func printTranscript(out io.Writer, run *toolnexusv1alpha1.AgentRun, rec *transc
 	toolNames := map[string]string{}
 	for _, m := range st.Messages {
 		switch m.Role {
-		case "tool":
+		case state.RoleTool:
 			name := toolNames[m.ToolCallID]
 			label := "result"
 			if m.IsError {
@@ -237,10 +121,10 @@ func printTranscript(out io.Writer, run *toolnexusv1alpha1.AgentRun, rec *transc
 		}
 	}
 	switch {
-	case rec.State.Outcome != nil:
-		fmt.Fprintf(&b, "\n[end] %s: %s\n", rec.State.Outcome.Reason, rec.State.Outcome.Message)
+	case st.Outcome != nil:
+		fmt.Fprintf(&b, "\n[end] %s: %s\n", st.Outcome.Reason, st.Outcome.Message)
 	case st.Status == "":
-	case st.Status == "incomplete":
+	case st.Status == state.StatusIncomplete:
 		fmt.Fprintf(&b, "\n[end] incomplete (limit %s)\n", st.Limit)
 	default:
 		fmt.Fprintf(&b, "\n[end] %s\n", st.Status)

@@ -308,7 +308,7 @@ func (r *AgentRunReconciler) stepFailed(ctx context.Context, s *scope, err error
 	}
 	st := s.rec.State
 	s.dirty = true
-	delay, retry, msg := st.ModelFailed(err, retries, retryBase)
+	delay, retry, msg := loop.ModelFailed(st, err, retries, retryBase)
 	if !retry {
 		st.End(toolnexusv1alpha1.ReasonModelError, truncate(msg, 2048))
 		return ctrl.Result{}, nil

@@ -8,6 +8,8 @@ import (
 
 	anthropic "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/toolnexus/operator/internal/loop/state"
 )
 
 // anthropicMaxTokens is the toolnexus max_tokens for the anthropic style.
@@ -134,7 +136,7 @@ func anthropicSchema(schema map[string]any) anthropic.ToolInputSchemaParam {
 		case "properties":
 			p.Properties = v
 		case "required":
-			p.Required = stringList(v)
+			p.Required = state.StringList(v)
 		default:
 			if p.ExtraFields == nil {
 				p.ExtraFields = map[string]any{}
@@ -143,20 +145,4 @@ func anthropicSchema(schema map[string]any) anthropic.ToolInputSchemaParam {
 		}
 	}
 	return p
-}
-
-func stringList(v any) []string {
-	switch l := v.(type) {
-	case []string:
-		return l
-	case []any:
-		out := make([]string, 0, len(l))
-		for _, s := range l {
-			if str, ok := s.(string); ok {
-				out = append(out, str)
-			}
-		}
-		return out
-	}
-	return nil
 }

@@ -73,7 +73,7 @@ func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]
 		res := o.result
 		call.Phase, call.Result = PhaseDone, &res
 	}
-	if st.allDone() {
+	if st.AllDone() {
 		c.recordTurn(st)
 	}
 	return suspended, nil

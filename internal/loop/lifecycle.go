@@ -22,21 +22,10 @@ func Backoff(base time.Duration, n int, retryAfter time.Duration) time.Duration 
 	return min(d, maxBackoff)
 }
 
-// Ended reports whether the run is over: the model ended it, or the host did (End).
-func (st *State) Ended() bool { return st.Status != "" || st.Outcome != nil }
-
-// End ends a run that has not ended with the host's reason; a run that ended stays as it was.
-func (st *State) End(reason, message string) {
-	if st.Ended() {
-		return
-	}
-	st.Outcome = &Outcome{Reason: reason, Message: message}
-}
-
-// ModelFailed records a failed model request. A transient failure (Retryable) within retries
+// ModelFailed records a failed model request in st. A transient failure (Retryable) within retries
 // counts and returns the delay before the next attempt; otherwise it returns retry false with
 // the message the run should end with (the caller picks the reason).
-func (st *State) ModelFailed(err error, retries int, base time.Duration) (delay time.Duration, retry bool, message string) {
+func ModelFailed(st *State, err error, retries int, base time.Duration) (delay time.Duration, retry bool, message string) {
 	transient, after := Retryable(err)
 	if transient && st.ModelFailures < retries {
 		st.ModelFailures++

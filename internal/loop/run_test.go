@@ -197,7 +197,7 @@ func TestWaitForFailures(t *testing.T) {
 		},
 			"WaitFor for ask (request r1): queue down"},
 		{"unusable answer", func(context.Context, tools.Request) (tools.Answer, error) { return tools.Answer{OK: true}, nil },
-			"WaitFor answered ask unusably: loop: answer to input request \"r1\" carries no result"},
+			"WaitFor answered ask unusably: state: answer to input request \"r1\" carries no result"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

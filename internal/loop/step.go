@@ -77,7 +77,7 @@ func (c *Client) modelTurn(ctx context.Context, st *State, tk *tools.Toolkit) er
 	// Commit only now, so a failed request or hook leaves st as it was.
 	st.Messages = append(req.Messages, Message{Role: RoleAssistant, Content: resp.Text, ToolCalls: resp.ToolCalls})
 	st.Turn++
-	st.Usage.add(resp.Usage)
+	st.Usage.Add(resp.Usage)
 	st.Model = req.Model
 	st.ModelFailures = 0
 	if len(resp.ToolCalls) == 0 {

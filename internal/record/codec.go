@@ -14,13 +14,13 @@ import (
 	"io"
 	"sync"
 
-	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/loop/state"
 )
 
 // Head is the part of a record rewritten after every step: the loop state with only its unsealed
 // messages and tool calls, and the list of sealed segments that precede them.
 type Head struct {
-	State *loop.State `json:"state"`
+	State *state.State `json:"state"`
 	// Segments hold the sealed prefix of State.Messages and State.ToolCalls, in order.
 	Segments []SegmentRef `json:"segments,omitempty"`
 }
@@ -38,8 +38,8 @@ type SegmentRef struct {
 
 // Segment is the content of a sealed segment.
 type Segment struct {
-	Messages  []loop.Message  `json:"messages"`
-	ToolCalls []loop.ToolCall `json:"toolCalls,omitempty"`
+	Messages  []state.Message  `json:"messages"`
+	ToolCalls []state.ToolCall `json:"toolCalls,omitempty"`
 }
 
 // Sealed counts the messages, tool calls and bytes (compressed and decoded) that live in segments.
@@ -110,7 +110,7 @@ func Encode(v any) ([]byte, int, error) {
 }
 
 // EncodeHead encodes the head for st: st without the messages and tool calls its segments hold.
-func EncodeHead(st *loop.State, segments []SegmentRef) ([]byte, int, error) {
+func EncodeHead(st *state.State, segments []SegmentRef) ([]byte, int, error) {
 	h := Head{Segments: segments}
 	msgs, calls, _, _ := h.Sealed()
 	if msgs > len(st.Messages) || calls > len(st.ToolCalls) {
@@ -129,8 +129,8 @@ func Join(h *Head, segments []*Segment) error {
 	if len(segments) != len(h.Segments) {
 		return fmt.Errorf("record: the head names %d segments, %d were read", len(h.Segments), len(segments))
 	}
-	var msgs []loop.Message
-	var calls []loop.ToolCall
+	var msgs []state.Message
+	var calls []state.ToolCall
 	for i, seg := range segments {
 		ref := h.Segments[i]
 		if len(seg.Messages) != ref.Messages || len(seg.ToolCalls) != ref.ToolCalls {

@@ -113,3 +113,27 @@ func TestToolkitExecute(t *testing.T) {
 		t.Error("ToolContext.Timeout did not bound the call")
 	}
 }
+
+// ToolResult.AuthRequired, example 2: a custom prompt; the retry ignores the answer's payload.
+func TestSeedAuthRequired2RetryIgnoresPayload(t *testing.T) {
+	res := AuthRequired("https://accounts.example.com/authorize", "Sign in to read your calendar")
+	req := PendingOf(res)
+	if req.Prompt != "Sign in to read your calendar" {
+		t.Fatalf("prompt: %q", req.Prompt)
+	}
+	calendar := NativeTool("read_calendar", "reads today's events", nil, func(_ context.Context, _ map[string]any, tc *ToolContext) (any, error) {
+		if tc != nil && tc.Answer != nil && tc.Answer.OK {
+			return "09:00 standup, 14:00 1:1", nil
+		}
+		return AuthRequired("https://accounts.example.com/authorize", "Sign in to read your calendar"), nil
+	})
+	tk, _ := NewToolkit(calendar)
+	first := tk.Execute(context.Background(), "read_calendar", map[string]any{}, nil)
+	if PendingOf(first) == nil {
+		t.Fatal("expected a suspension on the first call")
+	}
+	retried := tk.Execute(context.Background(), "read_calendar", map[string]any{}, &ToolContext{Answer: &Answer{ID: req.ID, OK: true}})
+	if retried.IsError || retried.Output != "09:00 standup, 14:00 1:1" {
+		t.Errorf("retried: %+v", retried)
+	}
+}

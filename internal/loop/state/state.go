@@ -1,10 +1,14 @@
-package loop
+// Package state is the durable state of a toolnexus run and its transitions: the transcript, the
+// calls of the current turn with their requests, arguments and answers, and how the run ended.
+// It is plain data, table-tested and free of model SDKs, so the record format and the kubectl
+// plugin can use it; package loop drives it (Step) and re-exports it.
+package state
 
 import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/wire"
 )
 
 // Message roles of the provider-neutral transcript.
@@ -39,7 +43,8 @@ type Usage struct {
 	TotalTokens      int `json:"totalTokens"`
 }
 
-func (u *Usage) add(o Usage) {
+// Add sums o into u.
+func (u *Usage) Add(o Usage) {
 	u.PromptTokens += o.PromptTokens
 	u.CompletionTokens += o.CompletionTokens
 	u.TotalTokens += o.TotalTokens
@@ -77,14 +82,14 @@ type Call struct {
 	// these, and the retry with the answer runs with exactly these.
 	Args    string            `json:"args,omitempty"`
 	Phase   Phase             `json:"phase"`
-	Request *tools.Request    `json:"request,omitempty"`
-	Answer  *tools.Answer     `json:"answer,omitempty"`
-	Result  *tools.ToolResult `json:"result,omitempty"`
+	Request *wire.Request    `json:"request,omitempty"`
+	Answer  *wire.Answer     `json:"answer,omitempty"`
+	Result  *wire.ToolResult `json:"result,omitempty"`
 	// Gated marks a suspension raised by BeforeTool (an approval gate): the tool has not run yet.
 	Gated bool `json:"gated,omitempty"`
 	// Approval is the gate's answer once the approved tool, run for the first time, suspended on
 	// its own: the call then waits on a second request, the tool's own.
-	Approval *tools.Answer `json:"approval,omitempty"`
+	Approval *wire.Answer `json:"approval,omitempty"`
 	// Announced says where the host published the open suspension for its answerers (for the
 	// operator, the PendingRequest it created). The loop does not interpret it; the host reads
 	// answers only from the object named here.
@@ -129,8 +134,8 @@ type State struct {
 	ModelFailures int `json:"modelFailures,omitempty"`
 }
 
-// NewState starts a run with prompt as the first user turn.
-func NewState(prompt string) *State {
+// New starts a run with prompt as the first user turn.
+func New(prompt string) *State {
 	return &State{Messages: []Message{{Role: RoleUser, Content: prompt}}}
 }
 
@@ -158,7 +163,7 @@ func (st *State) Next() Action {
 	case len(st.Calls) == 0:
 		return ActionModelTurn
 	}
-	if st.allDone() {
+	if st.AllDone() {
 		return ActionToolCalls
 	}
 	for _, c := range st.Calls {
@@ -169,7 +174,8 @@ func (st *State) Next() Action {
 	return ActionWaiting
 }
 
-func (st *State) allDone() bool {
+// AllDone reports whether every call of the turn has a result.
+func (st *State) AllDone() bool {
 	for _, c := range st.Calls {
 		if c.Phase != PhaseDone {
 			return false
@@ -208,7 +214,7 @@ func (st *State) validate() error {
 	seen := make(map[string]bool, len(st.Calls))
 	for i, c := range st.Calls {
 		if c.ID == "" || seen[c.ID] {
-			return fmt.Errorf("loop: state: call %d has an empty or repeated id %q", i, c.ID)
+			return fmt.Errorf("state: call %d has an empty or repeated id %q", i, c.ID)
 		}
 		seen[c.ID] = true
 		switch {
@@ -217,7 +223,7 @@ func (st *State) validate() error {
 		case c.Phase == PhaseAnswered && c.Request != nil && c.Answer != nil && c.Args != "":
 		case c.Phase == PhaseDone && c.Result != nil:
 		default:
-			return fmt.Errorf("loop: state: call %q in phase %q lacks what the phase needs (request, arguments, answer or result)", c.ID, c.Phase)
+			return fmt.Errorf("state: call %q in phase %q lacks what the phase needs (request, arguments, answer or result)", c.ID, c.Phase)
 		}
 	}
 	return nil

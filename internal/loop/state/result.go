@@ -1,7 +1,7 @@
-package loop
+package state
 
 import (
-	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/wire"
 )
 
 // Run statuses (toolnexus RunResult vocabulary) and incomplete limits.
@@ -48,5 +48,5 @@ type RunResult struct {
 	Model         string         `json:"model"`
 	Status        string         `json:"status"`
 	Limit         string         `json:"limit,omitempty"`
-	Pending       *tools.Request `json:"pending,omitempty"`
+	Pending       *wire.Request `json:"pending,omitempty"`
 }
