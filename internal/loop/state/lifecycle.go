@@ -10,4 +10,3 @@ func (st *State) End(reason, message string) {
 	}
 	st.Outcome = &Outcome{Reason: reason, Message: message}
 }
-

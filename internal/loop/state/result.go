@@ -39,14 +39,14 @@ func (st *State) Result() RunResult {
 // finished: the results of the open turn are recorded together once every call has one, so the
 // transcript never carries a placeholder.
 type RunResult struct {
-	Text          string         `json:"text"`
-	Messages      []Message      `json:"messages"`
-	ToolCalls     []ToolCall     `json:"toolCalls"`
-	ToolCallCount int            `json:"toolCallCount"`
-	Turns         int            `json:"turns"`
-	Usage         Usage          `json:"usage"`
-	Model         string         `json:"model"`
-	Status        string         `json:"status"`
-	Limit         string         `json:"limit,omitempty"`
+	Text          string        `json:"text"`
+	Messages      []Message     `json:"messages"`
+	ToolCalls     []ToolCall    `json:"toolCalls"`
+	ToolCallCount int           `json:"toolCallCount"`
+	Turns         int           `json:"turns"`
+	Usage         Usage         `json:"usage"`
+	Model         string        `json:"model"`
+	Status        string        `json:"status"`
+	Limit         string        `json:"limit,omitempty"`
 	Pending       *wire.Request `json:"pending,omitempty"`
 }

@@ -80,8 +80,8 @@ type Call struct {
 	// Args are the arguments the call runs with, as JSON text: the model's, or what BeforeTool
 	// rewrote them to (even to {}). Set when the call suspends; its answerer is shown exactly
 	// these, and the retry with the answer runs with exactly these.
-	Args    string            `json:"args,omitempty"`
-	Phase   Phase             `json:"phase"`
+	Args    string           `json:"args,omitempty"`
+	Phase   Phase            `json:"phase"`
 	Request *wire.Request    `json:"request,omitempty"`
 	Answer  *wire.Answer     `json:"answer,omitempty"`
 	Result  *wire.ToolResult `json:"result,omitempty"`
