@@ -57,10 +57,19 @@ envtest: ## Build kube-apiserver, etcd and kubectl from Go modules (once) and pr
 	@hack/controlplane.sh
 
 .PHONY: test
-test: manifests generate kustomize ## Run every test: unit, envtest integration and e2e.
+test: ## Run every suite (test-unit, test-e2e, test-chaos) even when one fails; summarise and fail if any failed.
+	MAKE="$(MAKE)" hack/test-all.sh test-unit test-e2e test-chaos
+
+.PHONY: test-unit
+test-unit: manifests generate kustomize ## Run the unit and envtest integration tests (go test ./...).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go test $(GO_TEST_FLAGS) ./...
-	$(MAKE) test-e2e
-	$(MAKE) test-chaos
+
+FLAKE_RUNS ?= 10
+FLAKE_PKGS ?= ./...
+FLAKE_FLAGS ?=
+.PHONY: test-flakes
+test-flakes: manifests generate kustomize ## Run FLAKE_PKGS (default ./...) FLAKE_RUNS times, shuffled with a new seed each run; count failures per test.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go run ./hack/flakes -runs $(FLAKE_RUNS) $(FLAKE_FLAGS) $(FLAKE_PKGS)
 
 .PHONY: test-chaos
 test-chaos: manifests generate ## Chaos e2e: 100 runs while the manager is SIGKILLed 20+ times, the API server restarts and a leader fails over.
