@@ -212,6 +212,29 @@ func waitTerminal(t *testing.T, c client.Client, ns string, want int, timeout ti
 	return nil
 }
 
+// waitResolved waits until every PendingRequest of ns is Resolved, for at most timeout: the
+// manager writes a request's conditions apart from its run's status, so a terminal run does not
+// mean its requests are up to date yet. It does not fail the test; verify reports what is not
+// Resolved.
+func waitResolved(c client.Client, ns string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		var reqs toolnexusv1alpha1.PendingRequestList
+		if err := c.List(context.Background(), &reqs, client.InNamespace(ns)); err == nil {
+			resolved := 0
+			for _, p := range reqs.Items {
+				if meta.IsStatusConditionTrue(p.Status.Conditions, toolnexusv1alpha1.ConditionResolved) {
+					resolved++
+				}
+			}
+			if resolved == len(reqs.Items) {
+				return
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // figures are what a verification counted.
 type figures struct {
 	calls, suspended, approved, declined int
@@ -417,6 +440,7 @@ func chaosKills(t *testing.T, cl *cluster, bin, logs string, model *fakeModel, t
 	killPhase := time.Since(phaseStart)
 	runs := waitTerminal(t, cl.client, ns, runCount, 3*time.Minute)
 	total := time.Since(phaseStart)
+	waitResolved(cl.client, ns, 30*time.Second)
 	f := verify(t, cl.client, model, tools, ns, runs)
 	starts, _, crashes := mgr.stats()
 	panics := mgr.count(t, "panic")
@@ -515,6 +539,7 @@ func chaosLeaderElection(t *testing.T, cl *cluster, bin, logs string, model *fak
 	}
 	takeover := time.Since(killedAt)
 	runs := waitTerminal(t, cl.client, ns, n, 2*time.Minute)
+	waitResolved(cl.client, ns, 30*time.Second)
 	f := verify(t, cl.client, model, tools, ns, runs)
 	if panics := follower.count(t, "panic"); panics > 0 {
 		t.Errorf("the new leader's log mentions a panic %d times", panics)
