@@ -1,0 +1,249 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+func TestBackoff(t *testing.T) {
+	const base = 500 * time.Millisecond
+	cases := []struct {
+		name       string
+		base       time.Duration
+		n          int
+		retryAfter time.Duration
+		want       time.Duration
+	}{
+		{"first retry waits base", base, 1, 0, base},
+		{"second doubles", base, 2, 0, time.Second},
+		{"third doubles again", base, 3, 0, 2 * time.Second},
+		{"ninth", base, 9, 0, 128 * time.Second},
+		{"tenth still under the cap", base, 10, 0, 256 * time.Second},
+		{"eleventh is capped", base, 11, 0, 5 * time.Minute},
+		{"far past the cap never overflows", base, 10_000, 0, 5 * time.Minute},
+		{"a base above the cap is capped", 10 * time.Minute, 1, 0, 5 * time.Minute},
+		{"other base", time.Second, 4, 0, 8 * time.Second},
+		{"retry-after wins over the first delay", base, 1, 7 * time.Second, 7 * time.Second},
+		{"retry-after wins over a longer backoff", base, 8, time.Second, time.Second},
+	}
+	for _, tc := range cases {
+		if got := Backoff(tc.base, tc.n, tc.retryAfter); got != tc.want {
+			t.Errorf("%s: Backoff(%s, %d, %s) = %s, want %s", tc.name, tc.base, tc.n, tc.retryAfter, got, tc.want)
+		}
+	}
+}
+
+// modelFailure is what ModelFailed returned, and the failure count it left.
+type modelFailure struct {
+	Delay    time.Duration
+	Retry    bool
+	Message  string
+	Failures int
+}
+
+func modelFailed(st *State, err error, retries int, base time.Duration) modelFailure {
+	delay, retry, msg := ModelFailed(st, err, retries, base)
+	return modelFailure{Delay: delay, Retry: retry, Message: msg, Failures: st.ModelFailures}
+}
+
+func TestModelFailed(t *testing.T) {
+	const base = 500 * time.Millisecond
+	unavailable := &ProviderError{Status: http.StatusServiceUnavailable, Body: "busy"}
+	cases := []struct {
+		name    string
+		before  int // ModelFailures before the call
+		err     error
+		retries int
+		want    modelFailure
+	}{
+		{"first transient failure waits base", 0, unavailable, 2,
+			modelFailure{Delay: base, Retry: true, Failures: 1}},
+		{"second doubles", 1, unavailable, 2,
+			modelFailure{Delay: time.Second, Retry: true, Failures: 2}},
+		{"retry-after wins", 1, &ProviderError{Status: http.StatusTooManyRequests, RetryAfter: 7 * time.Second}, 2,
+			modelFailure{Delay: 7 * time.Second, Retry: true, Failures: 2}},
+		{"invalid response is transient", 0, fmt.Errorf("decoding: %w", ErrInvalidResponse), 2,
+			modelFailure{Delay: base, Retry: true, Failures: 1}},
+		{"unreachable is transient", 0, &networkError{errors.New("connection refused")}, 2,
+			modelFailure{Delay: base, Retry: true, Failures: 1}},
+		{"deep in retries the delay is capped", 19, unavailable, 50,
+			modelFailure{Delay: 5 * time.Minute, Retry: true, Failures: 20}},
+		{"past retries ends", 2, unavailable, 2,
+			modelFailure{Message: "model request failed 3 times in a row: model endpoint returned HTTP 503: busy", Failures: 2}},
+		{"no retries ends at once", 0, unavailable, 0,
+			modelFailure{Message: "model request failed 1 times in a row: model endpoint returned HTTP 503: busy"}},
+		{"not transient ends with the error", 1, &ProviderError{Status: http.StatusBadRequest, Body: "bad model"}, 2,
+			modelFailure{Message: "model endpoint returned HTTP 400: bad model", Failures: 1}},
+		{"cancellation is not transient", 0, context.Canceled, 2,
+			modelFailure{Message: "context canceled"}},
+	}
+	for _, tc := range cases {
+		st := NewState("go")
+		st.ModelFailures = tc.before
+		if diff := cmp.Diff(tc.want, modelFailed(st, tc.err, tc.retries, base)); diff != "" {
+			t.Errorf("%s: ModelFailed (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// TestModelFailuresAcrossSteps drives Steps against a failing model as a host that requeues does:
+// each failed Step is counted by ModelFailed, and the model turn that succeeds resets the count.
+func TestModelFailuresAcrossSteps(t *testing.T) {
+	unavailable := looptest.Reply{Status: http.StatusServiceUnavailable, Body: "busy"}
+	limited := looptest.Reply{Status: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"7"}}, Body: "slow down"}
+	cases := []struct {
+		name    string
+		replies []looptest.Reply
+		want    []modelFailure // one per failed Step
+		done    bool           // the last Step succeeds
+	}{
+		{"a success resets the count", []looptest.Reply{unavailable, limited, looptest.OpenAIText("ok")}, []modelFailure{
+			{Delay: DefaultRetryBase, Retry: true, Failures: 1},
+			{Delay: 7 * time.Second, Retry: true, Failures: 2},
+		}, true},
+		{"past retries", []looptest.Reply{unavailable, unavailable, unavailable}, []modelFailure{
+			{Delay: DefaultRetryBase, Retry: true, Failures: 1},
+			{Delay: 2 * DefaultRetryBase, Retry: true, Failures: 2},
+			{Message: "model request failed 3 times in a row: model endpoint returned HTTP 503: busy", Failures: 2},
+		}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := looptest.New(t, tc.replies...)
+			c, st, tk := newClient(t, srv.URL), NewState("go"), toolkit(t)
+			var got []modelFailure
+			for range tc.replies {
+				st = roundTrip(t, st) // the count lives in the persisted state, not in the process
+				if _, err := c.Step(context.Background(), st, tk); err != nil {
+					got = append(got, modelFailed(st, err, DefaultRetries, DefaultRetryBase))
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("failed steps (-want +got):\n%s", diff)
+			}
+			if tc.done && (st.Status != StatusDone || st.ModelFailures != 0) {
+				t.Errorf("after the successful turn: status %q, ModelFailures %d; want done, 0", st.Status, st.ModelFailures)
+			}
+		})
+	}
+}
+
+// TestEnd: a run the host ended does nothing more, whatever it was waiting for, and keeps the
+// first end it was given; the end and the failure count are part of the durable state.
+func TestEnd(t *testing.T) {
+	running := func(phase Phase) func() *State {
+		return func() *State {
+			st := suspendedState(tools.Request{ID: "r1", Kind: tools.KindApproval, Prompt: "ok?"})
+			st.Calls[0].Phase = phase
+			if phase == PhaseAnswered {
+				st.Calls[0].Answer = &tools.Answer{ID: "r1", OK: true}
+			}
+			return st
+		}
+	}
+	cases := []struct {
+		name   string
+		state  func() *State
+		before Action
+		want   *Outcome
+	}{
+		{"before the first model turn", func() *State { return NewState("go") }, ActionModelTurn,
+			&Outcome{Reason: "Cancelled", Message: "first"}},
+		{"with a queued call", running(PhaseQueued), ActionToolCalls, &Outcome{Reason: "Cancelled", Message: "first"}},
+		{"with an answered call", running(PhaseAnswered), ActionToolCalls, &Outcome{Reason: "Cancelled", Message: "first"}},
+		{"waiting for an answer", running(PhaseSuspended), ActionWaiting, &Outcome{Reason: "Cancelled", Message: "first"}},
+		{"the model ended it first", func() *State { return &State{Status: StatusDone, Text: "bye"} }, ActionFinished, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := looptest.New(t) // any model request fails the test
+			var ran counter
+			c, tk, st := newClient(t, srv.URL), toolkit(t, ran.tool("act")), tc.state()
+			if got := st.Next(); got != tc.before {
+				t.Fatalf("before End: Next = %s, want %s", got, tc.before)
+			}
+			st.End("Cancelled", "first")
+			st.End("ModelError", "second")
+			if diff := cmp.Diff(tc.want, st.Outcome); diff != "" {
+				t.Errorf("Outcome (-want +got):\n%s", diff)
+			}
+			if !st.Ended() || st.Next() != ActionFinished {
+				t.Fatalf("after End: Ended %t, Next %s; want true, %s", st.Ended(), st.Next(), ActionFinished)
+			}
+			before := roundTrip(t, st)
+			res := step(t, c, before, tk, ActionFinished)
+			if len(res.Suspended) != 0 || ran.runs.Load() != 0 || len(srv.Requests()) != 0 {
+				t.Errorf("Step on an ended run: suspended %d, tool runs %d, model requests %d; want none",
+					len(res.Suspended), ran.runs.Load(), len(srv.Requests()))
+			}
+			if diff := cmp.Diff(roundTrip(t, st), before); diff != "" {
+				t.Errorf("Step changed an ended state (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLifecycleSurvivesPersistence(t *testing.T) {
+	st := suspendedState(tools.Request{ID: "r1", Kind: tools.KindApproval, Prompt: "ok?"})
+	st.ModelFailures = 2
+	st.End("RequestExpired", "PendingRequest x expired unanswered")
+	got := roundTrip(t, st)
+	if diff := cmp.Diff(&Outcome{Reason: "RequestExpired", Message: "PendingRequest x expired unanswered"}, got.Outcome); diff != "" {
+		t.Errorf("Outcome after a round trip (-want +got):\n%s", diff)
+	}
+	if got.ModelFailures != 2 || got.Next() != ActionFinished {
+		t.Errorf("after a round trip: ModelFailures %d, Next %s; want 2, %s", got.ModelFailures, got.Next(), ActionFinished)
+	}
+}
+
+// TestSuspensionTimeout: the loop stamps the expiry of a suspension whose tool gave none, from
+// the injected clock, so a host re-creating the request after a crash gets the same one.
+func TestSuspensionTimeout(t *testing.T) {
+	now := time.Date(2026, 1, 2, 4, 4, 5, 0, time.FixedZone("CET", 3600))
+	cases := []struct {
+		name    string
+		timeout time.Duration
+		expires string // the tool's own expiresAt
+		gated   bool
+		want    string
+	}{
+		{"no expiry gets now+timeout, in UTC", time.Hour, "", false, "2026-01-02T04:04:05Z"},
+		{"a gate's request too", 30 * time.Minute, "", true, "2026-01-02T03:34:05Z"},
+		{"the tool's expiry is kept", time.Hour, "2030-01-01T00:00:00Z", false, "2030-01-01T00:00:00Z"},
+		{"no timeout, no expiry", 0, "", false, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := looptest.New(t, looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "act", Arguments: `{}`}))
+			mut := func(o *Options) {
+				o.SuspensionTimeout, o.Clock = tc.timeout, func() time.Time { return now }
+				if tc.gated {
+					o.Hooks.BeforeTool = (&gate{}).hook
+				}
+			}
+			req := tools.Request{ID: "r1", Kind: tools.KindApproval, Prompt: "ok?", ExpiresAt: tc.expires}
+			tool := suspending("act", req, func(tools.Answer) string { return "done" })
+			c, tk, st := newClient(t, srv.URL, mut), toolkit(t, tool), NewState("go")
+			step(t, c, st, tk, ActionModelTurn)
+			res := step(t, c, st, tk, ActionToolCalls)
+			if len(res.Suspended) != 1 {
+				t.Fatalf("Suspended = %+v, want one", res.Suspended)
+			}
+			if got := res.Suspended[0].Request.ExpiresAt; got != tc.want {
+				t.Errorf("expiresAt %q, want %q", got, tc.want)
+			}
+			if got := roundTrip(t, st).Calls[0].Request.ExpiresAt; got != tc.want {
+				t.Errorf("expiresAt in the persisted state %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
