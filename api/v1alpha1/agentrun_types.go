@@ -53,6 +53,7 @@ type ModelSpec struct {
 	// requestTimeout bounds one model request (default 120s, at most 10m).
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="model.requestTimeout must be at most 10m"
 	RequestTimeout *metav1.Duration `json:"requestTimeout,omitempty"`
@@ -113,6 +114,7 @@ type HTTPToolSpec struct {
 	// timeout of one request (default 30s, at most 10m).
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="tools[].http.timeout must be at most 10m"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
@@ -176,6 +178,7 @@ type MCPServerSpec struct {
 	// timeout bounds each phase (connect, list, call); default 30s, at most 10m.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="mcpServers[].timeout must be at most 10m"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
@@ -228,6 +231,7 @@ type SuspensionPolicy struct {
 	// timeout after which an unanswered PendingRequest expires (at most 720h). Unset: it waits forever.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('720h')",message="suspension.timeout must be at most 720h (30 days)"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
@@ -243,23 +247,34 @@ type SuspensionPolicy struct {
 }
 
 // AgentRunSpec is one agent run: a model, a prompt, tools and policies. It is immutable after
-// creation, except cancel.
-// +kubebuilder:validation:XValidation:rule="self.model == oldSelf.model && self.prompt == oldSelf.prompt && has(self.systemPrompt) == has(oldSelf.systemPrompt) && (!has(self.systemPrompt) || self.systemPrompt == oldSelf.systemPrompt) && has(self.maxTurns) == has(oldSelf.maxTurns) && (!has(self.maxTurns) || self.maxTurns == oldSelf.maxTurns) && has(self.tools) == has(oldSelf.tools) && (!has(self.tools) || self.tools == oldSelf.tools) && has(self.mcpServers) == has(oldSelf.mcpServers) && (!has(self.mcpServers) || self.mcpServers == oldSelf.mcpServers) && has(self.builtins) == has(oldSelf.builtins) && (!has(self.builtins) || self.builtins == oldSelf.builtins) && has(self.approvals) == has(oldSelf.approvals) && (!has(self.approvals) || self.approvals == oldSelf.approvals) && has(self.suspension) == has(oldSelf.suspension) && (!has(self.suspension) || self.suspension == oldSelf.suspension) && has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec is immutable after creation except spec.cancel; create a new AgentRun instead"
+// creation, except cancel: changing, adding or removing any other field is refused with a message
+// naming the field.
+// +kubebuilder:validation:XValidation:rule="has(self.systemPrompt) == has(oldSelf.systemPrompt)",message="spec.systemPrompt cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="has(self.maxTurns) == has(oldSelf.maxTurns)",message="spec.maxTurns cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="has(self.tools) == has(oldSelf.tools)",message="spec.tools cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="has(self.mcpServers) == has(oldSelf.mcpServers)",message="spec.mcpServers cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="has(self.builtins) == has(oldSelf.builtins)",message="spec.builtins cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="has(self.approvals) == has(oldSelf.approvals)",message="spec.approvals cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="has(self.suspension) == has(oldSelf.suspension)",message="spec.suspension cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot be added or removed after creation; create a new AgentRun instead"
 // +kubebuilder:validation:XValidation:rule="!has(self.tools) || !has(self.mcpServers) || self.tools.all(t, !self.mcpServers.exists(s, t.name.startsWith(s.name + '_')))",message="a tool name must not start with '<mcpServer name>_': that prefix is reserved for the server's tools"
 type AgentRunSpec struct {
 	// model is the endpoint the run talks to.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.model is immutable after creation; create a new AgentRun instead"
 	Model ModelSpec `json:"model"`
 
 	// systemPrompt is sent as the system message.
 	// +optional
 	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.systemPrompt is immutable after creation; create a new AgentRun instead"
 	SystemPrompt string `json:"systemPrompt,omitempty"`
 
 	// prompt is the first user turn.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.prompt is immutable after creation; create a new AgentRun instead"
 	Prompt string `json:"prompt"`
 
 	// maxTurns bounds the number of model turns (default 10). A run that reaches it without a final
@@ -268,6 +283,7 @@ type AgentRunSpec struct {
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.maxTurns is immutable after creation; create a new AgentRun instead"
 	MaxTurns int32 `json:"maxTurns,omitempty"`
 
 	// tools the model may call, in the order it is shown them. Names are unique.
@@ -275,6 +291,7 @@ type AgentRunSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.name == t.name))",message="tool names must be unique within spec.tools"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.tools is immutable after creation; create a new AgentRun instead"
 	Tools []ToolSpec `json:"tools,omitempty"`
 
 	// mcpServers whose tools the model may call. Names are unique.
@@ -282,27 +299,34 @@ type AgentRunSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.name == t.name))",message="mcpServers names must be unique"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.mcpServers is immutable after creation; create a new AgentRun instead"
 	MCPServers []MCPServerSpec `json:"mcpServers,omitempty"`
 
 	// builtins are tools that ship with the operator: question.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.builtins is immutable after creation; create a new AgentRun instead"
 	Builtins []Builtin `json:"builtins,omitempty"`
 
 	// approvals raise an approval request before a matching tool runs.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.approvals is immutable after creation; create a new AgentRun instead"
 	Approvals []ApprovalGate `json:"approvals,omitempty"`
 
 	// suspension governs the run's PendingRequests: timeout, what expiry does, who may answer.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.suspension is immutable after creation; create a new AgentRun instead"
 	Suspension *SuspensionPolicy `json:"suspension,omitempty"`
 
-	// ttlSecondsAfterFinished deletes the run (and its requests) this long after it finished.
+	// ttlSecondsAfterFinished deletes the run (and its requests) this long after it finished (at
+	// most 365 days). Unset: the run is kept.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=31536000
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.ttlSecondsAfterFinished is immutable after creation; create a new AgentRun instead"
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 
 	// cancel stops the run: it ends with reason Cancelled and its open requests are cancelled.
@@ -324,62 +348,85 @@ const (
 	RunPhaseFailed     RunPhase = "Failed"
 )
 
-// Usage counts model tokens.
+// Usage counts model tokens. The counts are what the endpoint reported, unchecked, so they carry
+// no minimum: a status the API server refuses would hide the run's progress.
 type Usage struct {
+	// promptTokens is the sum of the prompt tokens the endpoint reported.
 	// +optional
 	PromptTokens int64 `json:"promptTokens,omitempty"`
+	// completionTokens is the sum of the completion tokens the endpoint reported.
 	// +optional
 	CompletionTokens int64 `json:"completionTokens,omitempty"`
+	// totalTokens is the sum of the total tokens the endpoint reported.
 	// +optional
 	TotalTokens int64 `json:"totalTokens,omitempty"`
 }
 
-// PendingSummary is one open PendingRequest of the run.
+// PendingSummary is one open PendingRequest of the run. Its bounds are those of the
+// PendingRequest it summarises, except the prompt, which is cut shorter.
 type PendingSummary struct {
 	// name of the PendingRequest.
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 	// kind of the request (approval, authorization, input, question, ...).
 	// +optional
+	// +kubebuilder:validation:MaxLength=64
 	Kind string `json:"kind,omitempty"`
-	// prompt of the request, truncated.
+	// prompt of the request, truncated to 1024 bytes.
 	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	Prompt string `json:"prompt,omitempty"`
 	// url of an authorization request.
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
 	URL string `json:"url,omitempty"`
 	// toolCallID is the model's id of the suspended call.
 	// +optional
+	// +kubebuilder:validation:MaxLength=256
 	ToolCallID string `json:"toolCallID,omitempty"`
 }
 
 // ToolCallSummary is one finished tool call, with its arguments and output truncated. The full
 // record is in the transcript.
 type ToolCallSummary struct {
+	// id the model gave the call.
 	// +required
+	// +kubebuilder:validation:MaxLength=256
 	ID string `json:"id"`
+	// name of the tool the model called.
 	// +required
+	// +kubebuilder:validation:MaxLength=256
 	Name string `json:"name"`
+	// arguments as the model sent them (a JSON object, as a string), truncated to 512 bytes.
 	// +optional
+	// +kubebuilder:validation:MaxLength=512
 	Arguments string `json:"arguments,omitempty"`
+	// output of the tool, truncated to 1024 bytes.
 	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	Output string `json:"output,omitempty"`
+	// isError is true when the output reports a failure.
 	// +optional
 	IsError bool `json:"isError,omitempty"`
 	// turn (1-based) in which the model made the call.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	Turn int32 `json:"turn,omitempty"`
 }
 
 // TranscriptReference names the object holding the run's full transcript and state.
 type TranscriptReference struct {
+	// name of the AgentRunRecord holding the head of the record.
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 }
 
 // AgentRunStatus mirrors the toolnexus RunResult. Conditions are the truth; phase summarises them.
 type AgentRunStatus struct {
-	// conditions: Succeeded (terminal summary), Suspended, ToolsReady.
+	// conditions are the truth of the run: Succeeded (the terminal summary), Suspended, ToolsReady,
+	// and Reconciling or Stalled for kstatus.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -392,26 +439,33 @@ type AgentRunStatus struct {
 
 	// result in the toolnexus vocabulary: done, pending or incomplete.
 	// +optional
+	// +kubebuilder:validation:MaxLength=32
 	Result string `json:"result,omitempty"`
 
 	// limit that ended an incomplete run: maxTurns or timeout.
 	// +optional
+	// +kubebuilder:validation:MaxLength=32
 	Limit string `json:"limit,omitempty"`
 
-	// text is the final assistant text, or while suspended the prompt of the first open request.
+	// text is the final assistant text, or while suspended the prompt of the first open request,
+	// truncated to 8192 bytes; the transcript holds it whole.
 	// +optional
+	// +kubebuilder:validation:MaxLength=8192
 	Text string `json:"text,omitempty"`
 
 	// turns is the number of model turns taken.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	Turns int32 `json:"turns,omitempty"`
 
 	// toolCallCount is the number of tool calls made.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	ToolCallCount int32 `json:"toolCallCount,omitempty"`
 
-	// model is the model id last sent.
+	// model is the model id last sent (spec.model.name).
 	// +optional
+	// +kubebuilder:validation:MaxLength=256
 	Model string `json:"model,omitempty"`
 
 	// usage sums the tokens of every model turn.
@@ -420,6 +474,7 @@ type AgentRunStatus struct {
 
 	// pendingCount is the number of open PendingRequests (the PENDING column).
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	PendingCount int32 `json:"pendingCount,omitempty"`
 
 	// pending lists the run's open PendingRequests.
@@ -440,6 +495,7 @@ type AgentRunStatus struct {
 
 	// modelFailures counts consecutive transient model failures (reset by a success).
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	ModelFailures int32 `json:"modelFailures,omitempty"`
 
 	// startTime is when the run took its first step.
@@ -452,6 +508,7 @@ type AgentRunStatus struct {
 
 	// observedGeneration is the generation this status describes.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
@@ -466,12 +523,16 @@ type AgentRunStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type AgentRun struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitzero"`
 
+	// spec is the run: model, prompt, tools and policies. Only spec.cancel may change after
+	// creation.
 	// +required
 	Spec AgentRunSpec `json:"spec"`
 
+	// status is what the manager observed of the run; only the manager writes it.
 	// +optional
 	Status AgentRunStatus `json:"status,omitzero"`
 }

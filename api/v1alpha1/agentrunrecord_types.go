@@ -54,6 +54,7 @@ type RecordRunReference struct {
 // +kubebuilder:validation:XValidation:rule="self.run == oldSelf.run && self.part == oldSelf.part && self.index == oldSelf.index",message="run, part and index of an AgentRunRecord are immutable"
 type AgentRunRecord struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitzero"`
 

@@ -7,6 +7,7 @@ import (
 
 // RunReference names the AgentRun a PendingRequest belongs to, in the same namespace.
 type RunReference struct {
+	// name of the AgentRun.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
@@ -37,7 +38,7 @@ type Request struct {
 	// +kubebuilder:validation:MaxLength=256
 	ID string `json:"id"`
 
-	// kind: authorization, approval, input, question, tool_call, any (open vocabulary).
+	// kind is authorization, approval, input, question, tool_call or any (an open vocabulary).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
@@ -82,7 +83,7 @@ type PendingRequestSpec struct {
 	// +required
 	Request Request `json:"request"`
 
-	// approvers, copied from the run's spec.suspension.approvers, restrict who may answer.
+	// approvers restrict who may answer; they are copied from the run's spec.suspension.approvers.
 	// +optional
 	Approvers *Approvers `json:"approvers,omitempty"`
 }
@@ -101,7 +102,7 @@ const (
 
 // PendingRequestStatus holds the answer and what the run did with it.
 type PendingRequestStatus struct {
-	// conditions: Answered, Resolved (the run has consumed the answer).
+	// conditions are Answered and Resolved (the run has consumed the answer).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -129,6 +130,7 @@ type PendingRequestStatus struct {
 
 	// observedGeneration is the generation this status describes.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
@@ -145,12 +147,16 @@ type PendingRequestStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.status) || !has(self.status.answer) || !has(self.status.answer.id) || size(self.status.answer.id) == 0 || self.status.answer.id == self.spec.request.id",message="status.answer.id must equal spec.request.id (or be left out)"
 type PendingRequest struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitzero"`
 
+	// spec is the suspended call and what it asks for, written once by the manager.
 	// +required
 	Spec PendingRequestSpec `json:"spec"`
 
+	// status holds the answer, set by the person or automation answering, and the manager's
+	// conditions.
 	// +optional
 	Status PendingRequestStatus `json:"status,omitzero"`
 }

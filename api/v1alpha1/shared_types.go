@@ -41,7 +41,7 @@ type Approvers struct {
 // Answer resolves a PendingRequest. Its keys are byte-identical to the toolnexus Answer.
 // +kubebuilder:validation:XValidation:rule="!has(self.reason) || size(self.reason) == 0 || !self.ok",message="answer.reason is only allowed when ok is false; drop reason or set ok to false"
 type Answer struct {
-	// id, when given, must equal spec.request.id of the PendingRequest it answers.
+	// id must equal spec.request.id of the PendingRequest it answers, when given.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	ID string `json:"id,omitempty"`
