@@ -23,6 +23,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/netguard"
 )
@@ -34,6 +35,7 @@ func main() {
 		secureMetrics, leaderElect        bool
 		maxConcurrent, maxTranscriptMiB   int
 		maxTranscriptRawMiB, maxToolCalls int
+		maxInflight, maxInflightPerNS     int
 		requireSecretLabel                bool
 		denyCIDRs, allowCIDRs             string
 		maxResponseMiB                    int64
@@ -44,7 +46,9 @@ func main() {
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so that only one manager replica takes steps.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election lease; defaults to the manager's own namespace in a cluster.")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of a pprof endpoint for profiling; empty disables it.")
-	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 8, "How many runs are stepped at once.")
+	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 8, "How many runs are reconciled at once (decisions and API writes; model and tool I/O runs apart, see --max-inflight).")
+	flag.IntVar(&maxInflight, "max-inflight", executor.DefaultMaxInflight, "How many steps (a model request, a turn's tool calls) may be in flight at once, in total.")
+	flag.IntVar(&maxInflightPerNS, "max-inflight-per-namespace", executor.DefaultPerShare, "How many steps of one namespace may be in flight at once; waiting steps are served round robin across namespaces.")
 	flag.IntVar(&maxTranscriptMiB, "max-transcript-size", controller.DefaultMaxTranscriptBytes>>20, "How many MiB (compressed) of transcript a run may store; a run that needs more fails with TranscriptTooLarge.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
 	flag.IntVar(&maxTranscriptRawMiB, "max-transcript-decoded-size", controller.DefaultMaxTranscriptRawBytes>>20, "How many MiB of transcript, decoded, a run may hold; a run that needs more fails with TranscriptTooLarge.")
@@ -103,6 +107,8 @@ func main() {
 		MaxTranscriptRawBytes:   maxTranscriptRawMiB << 20,
 		MaxToolCallsPerTurn:     maxToolCalls,
 		RequireSecretLabel:      requireSecretLabel,
+		MaxInflight:             maxInflight,
+		MaxInflightPerNamespace: maxInflightPerNS,
 		HTTPClient:              httpClient,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up the AgentRun controller")

@@ -26,20 +26,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 )
 
 // Backoff of transient model failures (SPEC §6): base doubled per consecutive failure, capped.
 const (
 	retryBase = loop.DefaultRetryBase
-	// nextStep is the requeue delay of a running run whose reconcile ended so that runs share the
-	// workers fairly.
+	// nextStep is the requeue delay of a run whose wake-up time has already come.
 	nextStep = time.Millisecond
-	// turnBudget is how long one reconcile may keep taking turns: fast models and tools finish
-	// several turns with one status write, slow ones one turn per reconcile.
-	turnBudget = 250 * time.Millisecond
 )
 
 // Event reasons.
@@ -87,6 +85,13 @@ type AgentRunReconciler struct {
 	MaxToolCallsPerTurn int
 	// RequireSecretLabel lets runs read only Secrets labelled toolnexus.dev/agentrun-access=true.
 	RequireSecretLabel bool
+	// MaxInflight bounds the steps (model requests and tool calls) in flight at once, and
+	// MaxInflightPerNamespace those of one namespace; 0 means the executor's defaults.
+	MaxInflight, MaxInflightPerNamespace int
+
+	// Executor runs the steps; SetupWithManager makes one, run by the manager while it leads.
+	Executor *executor.Executor
+	steps    *steps
 }
 
 var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
@@ -120,7 +125,14 @@ var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
 // onto the run's PendingRequests and status.
 func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	run := &toolnexusv1alpha1.AgentRun{}
-	if err := r.Get(ctx, req.NamespacedName, run); err != nil {
+	err := r.Get(ctx, req.NamespacedName, run)
+	if apierrors.IsNotFound(err) || (err == nil && (!run.DeletionTimestamp.IsZero() || finished(run))) {
+		// Deleting a run is how a user stops it: a step in flight is aborted, and its outcome
+		// (a model turn's tool calls among it) is never applied.
+		r.Executor.Cancel(req.String())
+		r.steps.forget(req.NamespacedName)
+	}
+	if err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !run.DeletionTimestamp.IsZero() {
@@ -144,11 +156,14 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	result, err := r.advance(ctx, s)
-	if err == nil && s.dirty {
-		err = r.save(ctx, s)
-	}
-	if err != nil || s.gone {
+	if err != nil || (s.dirty && s.inflight) {
+		// A step took the unsaved state along: its outcome is saved and projected when it ends.
 		return ctrl.Result{}, err
+	}
+	if s.dirty {
+		if err := r.save(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if err := r.project(ctx, s); err != nil {
 		return ctrl.Result{}, err
@@ -188,8 +203,8 @@ type scope struct {
 	dirty bool
 	// events are recorded once the writes they report have been made.
 	events []func()
-	// gone is set when the run was deleted while this reconcile worked on it.
-	gone bool
+	// inflight is set when a step of the run is in the executor.
+	inflight bool
 }
 
 // event queues an event to record after this reconcile's writes.
@@ -201,33 +216,31 @@ func (s *scope) emitEvents() {
 	}
 }
 
-// runGone reports whether the run was deleted (or replaced by a namesake) meanwhile. The cache
-// is fresh enough: it sees a deletion within milliseconds, and the model turn this guards takes
-// longer.
-func (r *AgentRunReconciler) runGone(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (bool, error) {
-	current := &toolnexusv1alpha1.AgentRun{}
-	err := r.Get(ctx, client.ObjectKeyFromObject(run), current)
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return current.UID != run.UID || !current.DeletionTimestamp.IsZero(), nil
-}
-
-// advance consumes answers and takes steps. It returns when the run waits (for an answer, a
-// Secret, a backoff) or after one full turn, with the requeue that continues it. State it changed
-// and did not save is marked dirty; Reconcile saves it.
+// advance consumes answers and hands the run's next step to the executor. It returns when the run
+// waits (for a step in flight, an answer, a Secret, a backoff), with the requeue that continues
+// it. State it changed and did not save is marked dirty; Reconcile saves it, unless a step took it
+// along (then the step's outcome, which holds it, is saved).
 func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error) {
-	st := s.rec.State
-	if s.run.Spec.Cancel && !st.Ended() {
-		st.End(toolnexusv1alpha1.ReasonCancelled, "The run was cancelled (spec.cancel)")
+	key := runKey(s.run)
+	if s.run.Spec.Cancel && !s.rec.State.Ended() {
+		r.Executor.Cancel(key.String()) // in-flight I/O of a cancelled run is aborted
+		r.steps.forget(key)
+		s.rec.State.End(toolnexusv1alpha1.ReasonCancelled, "The run was cancelled (spec.cancel)")
 		s.dirty = true
 	}
-	if st.Ended() {
+	if s.rec.State.Ended() {
 		return ctrl.Result{}, nil
 	}
+	if r.Executor.Busy(key.String()) {
+		s.inflight = true // its end wakes the run
+		return ctrl.Result{}, nil
+	}
+	if o := r.steps.take(key, s.run.UID); o != nil && r.applyStep(s, o) {
+		if err := r.save(ctx, s); err != nil || s.rec.State.Ended() {
+			return ctrl.Result{}, err
+		}
+	}
+	st := s.rec.State
 	// Announce first: a request created just before a crash may already carry an answer.
 	if err := r.announce(ctx, s); err != nil || st.Ended() {
 		return ctrl.Result{}, err
@@ -239,8 +252,11 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 		// Parked: answers and deletions wake the run, and so does the nearest expiry.
 		return requeueAt(nearestExpiry(s), s.now), nil
 	}
+	if at := r.steps.notBefore(key, s.run.UID, s.now); !at.IsZero() {
+		return requeueAt(at, s.now), nil
+	}
 
-	rt, err := r.buildRuntime(ctx, s.run, r.Metrics.observe)
+	rt, err := r.prepare(ctx, s.run, r.Metrics.observe)
 	var missing *missingSecretError
 	var invalid *specError
 	switch {
@@ -254,71 +270,11 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	s.progress.toolsBuilt, s.progress.mcpFailures = true, rt.mcpFailures
-
-	for {
-		res, err := rt.client.Step(ctx, st, rt.toolkit)
-		if err != nil {
-			return r.stepFailed(ctx, s, err)
-		}
-		if err := r.save(ctx, s); err != nil || st.Ended() {
-			return ctrl.Result{}, err
-		}
-		if err := r.announce(ctx, s); err != nil || st.Ended() {
-			return ctrl.Result{}, err
-		}
-		next := st.Next()
-		if next == loop.ActionToolCalls && res.Action == loop.ActionModelTurn {
-			// Deleting a run is how a user stops it: a model turn that was in flight must not
-			// lead to tool calls.
-			if gone, err := r.runGone(ctx, s.run); err != nil || gone {
-				s.gone = gone
-				return ctrl.Result{}, err
-			}
-			continue // the tool calls of the turn just taken
-		}
-		// MCP tool lists are fetched once per reconcile, so a run with MCP servers starts each turn
-		// in a new reconcile and the model sees the servers' tools as they are now.
-		if next == loop.ActionModelTurn && len(s.run.Spec.MCPServers) == 0 && r.Clock.Since(s.now) < turnBudget {
-			continue
-		}
-		if next == loop.ActionModelTurn || next == loop.ActionToolCalls {
-			return ctrl.Result{RequeueAfter: nextStep}, nil
-		}
-		return requeueAt(nearestExpiry(s), s.now), nil
-	}
-}
-
-// stepFailed handles a failed model request: transient failures back off through a requeue (no
-// worker is blocked), others end the run with the provider's redacted message.
-func (r *AgentRunReconciler) stepFailed(ctx context.Context, s *scope, err error) (ctrl.Result, error) {
-	if ctx.Err() != nil {
-		// The manager is stopping: the step did not happen, and the next leader repeats it.
+	if err := r.submitStep(s, rt); err != nil {
 		return ctrl.Result{}, err
 	}
-	var invalid *specError
-	if errors.As(err, &invalid) {
-		s.rec.State.End(toolnexusv1alpha1.ReasonInvalidSpec, truncate(invalid.Error(), 2048))
-		s.dirty = true
-		return ctrl.Result{}, nil
-	}
-	retries := 0
-	if s.run.Spec.Model.Retries != nil { // defaulted by the CRD
-		retries = int(*s.run.Spec.Model.Retries)
-	}
-	st := s.rec.State
-	s.dirty = true
-	delay, retry, msg := loop.ModelFailed(st, err, retries, retryBase)
-	if !retry {
-		st.End(toolnexusv1alpha1.ReasonModelError, truncate(msg, 2048))
-		return ctrl.Result{}, nil
-	}
-	s.progress.reason = toolnexusv1alpha1.ReasonModelRetrying
-	s.progress.message = fmt.Sprintf("Model request failed (attempt %d of %d), retrying in %s: %v", st.ModelFailures, retries+1, delay, err)
-	s.event(func() {
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventModelRetrying, actionStep, "%s", truncate(s.progress.message, 1024))
-	})
-	return ctrl.Result{RequeueAfter: delay}, nil
+	s.inflight = true
+	return ctrl.Result{}, nil
 }
 
 // save persists the record; a record too large to store ends the run with TranscriptTooLarge.
@@ -397,14 +353,22 @@ func requeueAt(t, now time.Time) ctrl.Result {
 	return ctrl.Result{RequeueAfter: wait}
 }
 
-// SetupWithManager registers the reconciler and its watches: AgentRuns (spec changes only),
-// answers to and deletions of their PendingRequests, and the appearance of Secrets they wait for.
+// SetupWithManager registers the reconciler, its executor and its watches: AgentRuns (spec changes
+// only), answers to and deletions of their PendingRequests, the appearance of Secrets they wait
+// for, and the end of their steps.
 func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil {
 		return errors.New("AgentRunReconciler needs APIReader, Recorder, Clock and Metrics")
 	}
 	if r.HTTPClient == nil {
 		r.HTTPClient = defaultHTTPClient()
+	}
+	r.steps = newSteps()
+	if r.Executor == nil {
+		r.Executor = executor.New(r.MaxInflight, r.MaxInflightPerNamespace, r.Metrics.executorObserver())
+		if err := mgr.Add(r.Executor); err != nil {
+			return err
+		}
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, secretNamesIndexField, secretNames); err != nil {
 		return err
@@ -417,6 +381,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&toolnexusv1alpha1.PendingRequest{}, builder.WithPredicates(answerOrDeletion())).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingFor),
 			builder.WithPredicates(predicate.Funcs{DeleteFunc: func(event.DeleteEvent) bool { return false }})).
+		WatchesRawSource(source.Channel(r.steps.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("agentrun").
 		Complete(r)
@@ -498,8 +463,4 @@ func conditionOf(run *toolnexusv1alpha1.AgentRun, t string) metav1.Condition {
 		return *c
 	}
 	return metav1.Condition{}
-}
-
-func conditionReason(run *toolnexusv1alpha1.AgentRun, t string) string {
-	return conditionOf(run, t).Reason
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 )
 
@@ -24,6 +26,9 @@ type Metrics struct {
 	toolDuration   *prometheus.HistogramVec
 	runErrors      *prometheus.CounterVec
 	suspensionWait *prometheus.HistogramVec
+	inflight       *prometheus.GaugeVec
+	queued         *prometheus.GaugeVec
+	queueWait      prometheus.Histogram
 }
 
 // NewMetrics registers the metrics with reg. Open PendingRequests are counted from reader (the
@@ -47,10 +52,36 @@ func NewMetrics(reg prometheus.Registerer, reader client.Reader) *Metrics {
 		suspensionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "toolnexus_suspension_wait_seconds", Help: "Time from a PendingRequest's creation to its answer, in seconds.",
 			Buckets: []float64{1, 10, 60, 300, 1800, 3600, 14400, 86400, 604800}}, []string{"kind", "outcome"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "toolnexus_inflight_steps", Help: "Steps (model requests and tool calls) in flight, by namespace."}, []string{"namespace"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "toolnexus_queued_steps", Help: "Steps waiting for a slot of their namespace's share or of the total, by namespace."}, []string{"namespace"}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "toolnexus_step_queue_wait_seconds", Help: "Time a step waited for a slot before it started, in seconds.",
+			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300}}),
 	}
 	reg.MustRegister(m.llmRequests, m.llmTokens, m.llmDuration, m.toolCalls, m.toolDuration, m.runErrors,
-		m.suspensionWait, &pendingCollector{reader: reader})
+		m.suspensionWait, m.inflight, m.queued, m.queueWait, &pendingCollector{reader: reader})
 	return m
+}
+
+// executorObserver feeds the executor's figures into the metrics. A namespace's series go away
+// when it has nothing in flight or waiting.
+func (m *Metrics) executorObserver() executor.Observer {
+	gauge := func(g *prometheus.GaugeVec) func(string, int) {
+		return func(ns string, n int) {
+			if n == 0 {
+				g.DeleteLabelValues(ns)
+				return
+			}
+			g.WithLabelValues(ns).Set(float64(n))
+		}
+	}
+	return executor.Observer{
+		Inflight: gauge(m.inflight),
+		Queued:   gauge(m.queued),
+		Waited:   func(_ string, d time.Duration) { m.queueWait.Observe(d.Seconds()) },
+	}
 }
 
 // observe records one loop event.

@@ -76,6 +76,16 @@ type runRecord struct {
 // started reports whether the record was ever saved, i.e. the run has taken a step.
 func (rec *runRecord) started() bool { return rec.head != nil }
 
+// version identifies the saved state: a digest of the head's data ("" before the first save), so
+// that a change of the object's metadata alone (a backup tool's label) does not count as one.
+func (rec *runRecord) version() string {
+	if rec.head == nil {
+		return ""
+	}
+	sum := sha256.Sum256(rec.head.Data)
+	return hex.EncodeToString(sum[:])
+}
+
 // recordName is the name of the head (n = 0) or of segment n of a run's record.
 func recordName(run string, n int) string {
 	if n == 0 {

@@ -70,17 +70,42 @@ func (r *AgentRunReconciler) readSecret(ctx context.Context, namespace string, r
 	return string(v), nil
 }
 
-// stepper is what one reconcile needs to take a step: a model client and the run's tools.
+// stepper is what a step needs: a model client and the run's tools. Building it reads Secrets
+// (the reconcile does that); connecting the MCP servers is network I/O, done by the step itself.
 type stepper struct {
-	client  *loop.Client
-	toolkit *tools.Toolkit
-	// mcpFailures names each MCP server that could not be reached, with why.
-	mcpFailures []string
+	client *loop.Client
+	// local are the tools that need no connection: HTTP tools and built-ins.
+	local []tools.Tool
+	mcp   []tools.MCPServerSpec
 }
 
-// buildRuntime resolves the run's spec into a loop client and toolkit. Secret values for headers
-// are resolved at call time; the API key is read now because every model request needs it.
-func (r *AgentRunReconciler) buildRuntime(ctx context.Context, run *toolnexusv1alpha1.AgentRun, observe func(loop.Event)) (*stepper, error) {
+// toolkit connects the run's MCP servers and returns every tool; mcpFailures names each server
+// that could not be reached, with why (its tools are left out).
+func (rt *stepper) toolkit(ctx context.Context) (tk *tools.Toolkit, mcpFailures []string, err error) {
+	all := append([]tools.Tool(nil), rt.local...)
+	failed := map[string]error{}
+	for _, spec := range rt.mcp {
+		server, err := tools.ConnectMCP(ctx, spec)
+		if err != nil {
+			mcpFailures = append(mcpFailures, fmt.Sprintf("%s: %v", spec.Name, err))
+			failed[spec.Name] = err
+			continue
+		}
+		all = append(all, server.Tools()...)
+	}
+	if tk, err = tools.NewToolkit(all...); err != nil {
+		return nil, mcpFailures, &specError{err}
+	}
+	for server, err := range failed {
+		tk.Unreachable(server, err)
+	}
+	return tk, mcpFailures, nil
+}
+
+// prepare resolves the run's spec into a loop client and its tools, without network I/O but the
+// API server's. Secret values for headers are resolved at call time; the API key is read now
+// because every model request needs it.
+func (r *AgentRunReconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRun, observe func(loop.Event)) (*stepper, error) {
 	spec := &run.Spec
 	apiKey := ""
 	if ref := spec.Model.APIKeySecretRef; ref != nil {
@@ -106,7 +131,6 @@ func (r *AgentRunReconciler) buildRuntime(ctx context.Context, run *toolnexusv1a
 	}
 
 	rt := &stepper{}
-	var all []tools.Tool
 	for i, t := range spec.Tools {
 		tool, err := tools.HTTPTool(tools.HTTPToolSpec{
 			Name: t.Name, Description: t.Description, InputSchema: jsonObject(t.Parameters),
@@ -117,30 +141,23 @@ func (r *AgentRunReconciler) buildRuntime(ctx context.Context, run *toolnexusv1a
 		if err != nil {
 			return nil, &specError{fmt.Errorf("spec.tools[%d]: %w", i, err)}
 		}
-		all = append(all, tool)
+		rt.local = append(rt.local, tool)
 	}
 	for i, s := range spec.MCPServers {
-		server, err := tools.ConnectMCP(ctx, tools.MCPServerSpec{
+		rt.mcp = append(rt.mcp, tools.MCPServerSpec{
 			Name: s.Name, URL: s.URL, AllowTools: s.Tools, Timeout: durationOr(s.Timeout, 0),
 			Headers:    r.headers(run.Namespace, s.Headers, fmt.Sprintf("spec.mcpServers[%d].headers", i)),
 			HTTPClient: r.HTTPClient,
 		})
-		if err != nil {
-			rt.mcpFailures = append(rt.mcpFailures, fmt.Sprintf("%s: %v", s.Name, err))
-			continue
-		}
-		all = append(all, server.Tools()...)
 	}
 	for _, b := range spec.Builtins {
 		if b == toolnexusv1alpha1.BuiltinQuestion {
-			all = append(all, tools.QuestionTool())
+			rt.local = append(rt.local, tools.QuestionTool())
 		}
 	}
-	tk, err := tools.NewToolkit(all...)
-	if err != nil {
+	if _, err := tools.NewToolkit(rt.local...); err != nil {
 		return nil, &specError{err}
 	}
-	rt.toolkit = tk
 
 	hooks, err := gateHooks(spec.Approvals)
 	if err != nil {

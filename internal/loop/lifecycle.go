@@ -8,12 +8,17 @@ import (
 // maxBackoff caps the delay between retries of a failing model.
 const maxBackoff = 5 * time.Minute
 
+// maxRetryAfterWait caps how long an endpoint's Retry-After may park a run: the endpoint is outside
+// the operator's control.
+const maxRetryAfterWait = time.Hour
+
 // Backoff is the delay before retry n (1-based) of a transient model failure: base doubled per
-// consecutive failure, capped at five minutes, or the endpoint's Retry-After when it gave one.
+// consecutive failure, capped at five minutes, or the endpoint's Retry-After when it gave one
+// (at most an hour).
 // It is the one backoff policy of the loop, used by Run in process and by hosts that requeue.
 func Backoff(base time.Duration, n int, retryAfter time.Duration) time.Duration {
 	if retryAfter > 0 {
-		return retryAfter
+		return min(retryAfter, maxRetryAfterWait)
 	}
 	d := base
 	for i := 1; i < n && d < maxBackoff; i++ {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"time"
+	"strings"
 )
 
 // Source says where a tool comes from.
@@ -28,8 +28,6 @@ type ToolContext struct {
 	CallID string
 	// IdempotencyKey is stable across re-executions of the same call (at-least-once delivery).
 	IdempotencyKey string
-	// Timeout bounds the call when non-zero.
-	Timeout time.Duration
 }
 
 // Tool is one callable tool.
@@ -94,6 +92,8 @@ func Sanitize(name string) string {
 type Toolkit struct {
 	tools  []Tool
 	byName map[string]int
+	// unreachable maps the tool-name prefix of an MCP server that could not be reached to why.
+	unreachable map[string]string
 }
 
 // NewToolkit builds a toolkit. When two tools share a name the first wins and the second is
@@ -125,12 +125,14 @@ func (tk *Toolkit) Tools() []Tool {
 	return tk.tools
 }
 
-// Len is the number of tools.
-func (tk *Toolkit) Len() int {
-	if tk == nil {
-		return 0
+// Unreachable records that the MCP server named server could not be reached: a call to one of its
+// tools (the model may have been shown them before) gets an error result saying so, not
+// "Unknown tool".
+func (tk *Toolkit) Unreachable(server string, err error) {
+	if tk.unreachable == nil {
+		tk.unreachable = map[string]string{}
 	}
-	return len(tk.tools)
+	tk.unreachable[Sanitize(server)+"_"] = fmt.Sprintf("MCP server %s: tool %%s: the server cannot be reached: %v", server, err)
 }
 
 // Lookup returns the tool named name.
@@ -149,16 +151,18 @@ func (tk *Toolkit) Lookup(name string) (Tool, bool) {
 // an error returned by the tool becomes an error result carrying its message.
 func (tk *Toolkit) Execute(ctx context.Context, name string, args map[string]any, tc *ToolContext) ToolResult {
 	t, ok := tk.Lookup(name)
+	if !ok && tk != nil {
+		for prefix, reason := range tk.unreachable {
+			if tool, found := strings.CutPrefix(name, prefix); found {
+				return ToolResult{Output: fmt.Sprintf(reason, tool), IsError: true}
+			}
+		}
+	}
 	if !ok {
 		return ToolResult{Output: "Unknown tool: " + name, IsError: true}
 	}
 	if tc == nil {
 		tc = &ToolContext{}
-	}
-	if tc.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, tc.Timeout)
-		defer cancel()
 	}
 	res, err := t.Execute(ctx, args, tc)
 	if err != nil {
