@@ -20,6 +20,8 @@ const (
 	maxStatusOutput    = 1024
 	maxStatusPrompt    = 1024
 	maxStatusPending   = 64
+	// maxStatusName bounds a tool name in status: the model may call a tool by any name.
+	maxStatusName = 256
 )
 
 // progress is what a reconcile learned that the record does not hold: why an active run is not
@@ -161,7 +163,7 @@ func toolCallSummaries(calls []loop.ToolCall) []toolnexusv1alpha1.ToolCallSummar
 	out := make([]toolnexusv1alpha1.ToolCallSummary, 0, len(calls))
 	for _, c := range calls {
 		out = append(out, toolnexusv1alpha1.ToolCallSummary{
-			ID: c.ID, Name: c.Name, Arguments: truncate(c.Arguments, maxStatusArgs),
+			ID: c.ID, Name: truncate(c.Name, maxStatusName), Arguments: truncate(c.Arguments, maxStatusArgs),
 			Output: truncate(c.Output, maxStatusOutput), IsError: c.IsError, Turn: int32(c.Turn),
 		})
 	}

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -178,11 +179,12 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 }
 
-// TestMissingCallIDs: a server that omits tool call ids gets stable ones, the same in the
-// transcript and in the results.
+// TestMissingCallIDs: a server that omits tool call ids, or sends one longer than MaxCallIDLen,
+// gets stable ones, the same in the transcript and in the results.
 func TestMissingCallIDs(t *testing.T) {
 	srv := looptest.New(t,
-		looptest.OpenAIToolCalls(looptest.ToolCall{Name: "t", Arguments: `{}`}, looptest.ToolCall{Name: "t", Arguments: `{}`}),
+		looptest.OpenAIToolCalls(looptest.ToolCall{Name: "t", Arguments: `{}`},
+			looptest.ToolCall{ID: strings.Repeat("x", MaxCallIDLen+1), Name: "t", Arguments: `{}`}),
 		looptest.OpenAIText("ok"))
 	var ran counter
 	c, tk, st := newClient(t, srv.URL), toolkit(t, ran.tool("t")), NewState("go")

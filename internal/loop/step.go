@@ -7,6 +7,9 @@ import (
 	"github.com/toolnexus/operator/internal/tools"
 )
 
+// MaxCallIDLen bounds a tool call id; a longer one from the model is replaced.
+const MaxCallIDLen = 128
+
 // StepResult says what one Step did.
 type StepResult struct {
 	Action Action
@@ -62,11 +65,12 @@ func (c *Client) modelTurn(ctx context.Context, st *State, tk *tools.Toolkit) er
 			return fmt.Errorf("loop: AfterLLM hook: %w", err)
 		}
 	}
-	// Some OpenAI-compatible servers omit ids, and a confused model may repeat one; a call needs a
-	// unique id for its result and its PendingRequest, the same in the transcript and in st.Calls.
+	// Some OpenAI-compatible servers omit ids, and a confused or hostile model may repeat one or send
+	// one of any length; a call needs a unique, bounded id for its result and its PendingRequest,
+	// the same in the transcript and in st.Calls.
 	seen := make(map[string]bool, len(resp.ToolCalls))
 	for i := range resp.ToolCalls {
-		for n := 0; resp.ToolCalls[i].ID == "" || seen[resp.ToolCalls[i].ID]; n++ {
+		for n := 0; resp.ToolCalls[i].ID == "" || seen[resp.ToolCalls[i].ID] || len(resp.ToolCalls[i].ID) > MaxCallIDLen; n++ {
 			resp.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", st.Turn+1, i+1)
 			if n > 0 {
 				resp.ToolCalls[i].ID += fmt.Sprintf("_%d", n)
