@@ -63,6 +63,18 @@ var _ = Describe("AgentRun with MCP servers", func() {
 		Expect(lastToolMessages(model)).To(ConsistOf(HaveKeyWithValue("content", "deployed to staging")))
 	})
 
+	It("says which allow-listed tools a server does not offer", func() {
+		model := looptest.New(GinkgoT(), looptest.OpenAIText("no tools needed"))
+		run := newRun(ns, "mcp-typo", model.URL, nil)
+		run.Spec.MCPServers = []toolnexusv1alpha1.MCPServerSpec{{Name: "ops", URL: startOpsMCP(), Tools: []string{"deploy", "delpoy"}}}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		c := condition(run, toolnexusv1alpha1.ConditionToolsReady)
+		Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		Expect(c.Message).To(ContainSubstring("ops: does not offer the allow-listed tools delpoy"))
+		Expect(model.Requests()[0].JSON(GinkgoT())["tools"]).To(HaveLen(1), "the tool it offers is still there")
+	})
+
 	It("leaves out the tools of an unreachable server, says why, and runs on", func() {
 		model := looptest.New(GinkgoT(), looptest.OpenAIText("no tools needed"))
 		run := newRun(ns, "mcp-down", model.URL, nil)

@@ -150,7 +150,7 @@ func setToolsReady(run *toolnexusv1alpha1.AgentRun, p progress) {
 	}
 	if len(p.mcpFailures) > 0 {
 		setCondition(run, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionFalse, toolnexusv1alpha1.ReasonMCPServerUnavailable,
-			truncate("Left out the tools of: "+strings.Join(p.mcpFailures, "; "), 1024))
+			truncate("Some MCP tools are missing: "+strings.Join(p.mcpFailures, "; "), 1024))
 		return
 	}
 	setCondition(run, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonToolsAvailable, "Every MCP server answered")

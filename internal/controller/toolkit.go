@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -92,6 +93,10 @@ func (rt *stepper) toolkit(ctx context.Context) (tk *tools.Toolkit, mcpFailures 
 			continue
 		}
 		all = append(all, server.Tools()...)
+		if missing := server.MissingTools(); len(missing) > 0 {
+			// An allow-list entry the server does not offer is most likely a typo: say so.
+			mcpFailures = append(mcpFailures, fmt.Sprintf("%s: does not offer the allow-listed tools %s", spec.Name, strings.Join(missing, ", ")))
+		}
 	}
 	if tk, err = tools.NewToolkit(all...); err != nil {
 		return nil, mcpFailures, &specError{err}
