@@ -33,7 +33,7 @@ import (
 	"github.com/toolnexus/operator/internal/loop"
 )
 
-// Backoff of transient model failures (SPEC §6): base doubled per consecutive failure, capped.
+// The first backoff delay of a transient model failure (loop.Backoff doubles it per failure).
 const (
 	retryBase = loop.DefaultRetryBase
 	// nextStep is the requeue delay of a run whose wake-up time has already come.

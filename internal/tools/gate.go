@@ -17,7 +17,7 @@ import (
 	"github.com/google/cel-go/cel"
 )
 
-// GateSpec is one approval rule (SPEC 4.4): calls to matching tools for which When holds are
+// GateSpec is one approval rule (README, "Built-ins and approval gates"): calls to matching tools for which When holds are
 // parked on an approval Request before the tool runs.
 type GateSpec struct {
 	// Tools are globs over final tool names with path.Match semantics; empty means every tool.
@@ -193,7 +193,7 @@ func approvalArguments(args map[string]any, raw string) any {
 	return parsed
 }
 
-// Bounds of one prompt render (SPEC 6, Bounded). The template is written by the run's author and
+// Bounds of one prompt render (README, "Bounds and the network guard"). The template is written by the run's author and
 // the arguments by the model; text/template has neither an output bound nor a context.
 const (
 	// promptOutputLimit bounds a rendered prompt, truncation note included.

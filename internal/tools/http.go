@@ -20,7 +20,7 @@ import (
 	"github.com/toolnexus/operator/internal/netguard"
 )
 
-// Wire headers of the HTTP tool protocol (SPEC 4.1).
+// Wire headers of the HTTP tool protocol (README, "HTTP tools").
 const (
 	// IdempotencyKeyHeader carries ToolContext.IdempotencyKey, so a tool server can deduplicate
 	// the re-executions that at-least-once delivery implies.
@@ -57,7 +57,7 @@ var placeholderPattern = regexp.MustCompile(`\{([^{}/?&#]+)\}`)
 
 type httpTool struct{ spec HTTPToolSpec }
 
-// HTTPTool returns a tool that calls spec.URL with the JSON arguments (SPEC 4.1). The spec is
+// HTTPTool returns a tool that calls spec.URL with the JSON arguments (README, "HTTP tools"). The spec is
 // checked here, so a bad URL or method is a configuration error rather than a failing call.
 func HTTPTool(spec HTTPToolSpec) (Tool, error) {
 	if spec.Name == "" {

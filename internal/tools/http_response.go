@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// interpretHTTP maps an HTTP response to a tool result (SPEC 4.1): non-2xx is an error, a 2xx
+// interpretHTTP maps an HTTP response to a tool result (README, "HTTP tools"): non-2xx is an error, a 2xx
 // body is the output unless it speaks the suspension protocol.
 func interpretHTTP(status int, body string, truncated bool, total int64, limit int) ToolResult {
 	text := capOutput(body, limit, truncated, total)

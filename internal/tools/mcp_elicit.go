@@ -10,7 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// elicitBridge turns the elicitations of one tool call into suspensions (SPEC 4.2).
+// elicitBridge turns the elicitations of one tool call into suspensions (README, "MCP servers").
 //
 // An elicitation lives inside an open tool call, but a suspension ends the call, and the answer
 // may come hours later to another manager process. So the bridge does not hold the call open:

@@ -1,4 +1,4 @@
-// Package chaos proves SPEC §6 under faults: the built manager binary runs 100 agent runs against
+// Package chaos proves the durability guarantees (docs/design.md) under faults: the built manager binary runs 100 agent runs against
 // a real kube-apiserver and etcd while it is SIGKILLed at random moments, the API server is
 // stopped and restarted (etcd kept), and two leader-elected replicas fail over. A fake model and
 // a fake tool server, both speaking the real wire protocols, record what they were asked, so the
