@@ -38,6 +38,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/toolnexus/operator/internal/loop/looptest"
 )
 
 // Names the stand-in gives itself in responses, so nobody mistakes it for a real model.
@@ -73,6 +75,8 @@ func main() {
 	}
 }
 
+// newStandin serves the policy through package looptest, the project's fake model endpoint: the
+// stand-in is one more fake model, so it shares the tests' wire types and request handling.
 func newStandin(log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
@@ -80,15 +84,13 @@ func newStandin(log *slog.Logger) http.Handler {
 			"id": standinModel, "object": "model", "created": 0, "owned_by": "toolnexus (stand-in, not a real model)",
 		}}})
 	})
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		var req chatRequest
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
-			writeJSON(w, http.StatusBadRequest, apiError("stand-in model: the request body is not a chat completion request: "+err.Error()))
-			return
+	mux.Handle("POST /v1/chat/completions", looptest.Handler(func(r looptest.Request) looptest.Reply {
+		req, err := r.Chat()
+		if err != nil {
+			return looptest.OpenAIError(http.StatusBadRequest, "stand-in model: the request body is not a chat completion request: "+err.Error())
 		}
 		if len(req.Messages) == 0 {
-			writeJSON(w, http.StatusBadRequest, apiError("stand-in model: messages is empty"))
-			return
+			return looptest.OpenAIError(http.StatusBadRequest, "stand-in model: messages is empty")
 		}
 		reply := decide(req)
 		if len(reply.ToolCalls) > 0 {
@@ -96,16 +98,12 @@ func newStandin(log *slog.Logger) http.Handler {
 		} else {
 			log.Info("Stand-in model answers", "requestedModel", req.Model, "chars", len(reply.Content))
 		}
-		writeJSON(w, http.StatusOK, completion(req, reply))
-	})
+		return completion(req, reply).Reply()
+	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, apiError("stand-in model: no route "+r.Method+" "+r.URL.Path+"; it serves POST /v1/chat/completions and GET /v1/models"))
+		looptest.OpenAIError(http.StatusNotFound, "stand-in model: no route "+r.Method+" "+r.URL.Path+"; it serves POST /v1/chat/completions and GET /v1/models").Write(w)
 	})
 	return mux
-}
-
-func apiError(msg string) map[string]any {
-	return map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error"}}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

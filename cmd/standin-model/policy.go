@@ -8,70 +8,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/toolnexus/operator/internal/loop/looptest"
 )
-
-// chatRequest is the part of an OpenAI chat completion request the stand-in reads.
-type chatRequest struct {
-	Model    string        `json:"model"`
-	Messages []chatMessage `json:"messages"`
-	Tools    []chatTool    `json:"tools"`
-}
-
-type chatMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCalls  []toolCall      `json:"tool_calls,omitempty"`
-	ToolCallID string          `json:"tool_call_id,omitempty"`
-}
-
-type toolCall struct {
-	ID       string       `json:"id"`
-	Type     string       `json:"type"`
-	Function functionCall `json:"function"`
-}
-
-type functionCall struct {
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-type chatTool struct {
-	Type     string `json:"type"`
-	Function struct {
-		Name        string         `json:"name"`
-		Description string         `json:"description"`
-		Parameters  map[string]any `json:"parameters"`
-	} `json:"function"`
-}
 
 // reply is the assistant message the stand-in decided on.
 type reply struct {
 	Content   string
-	ToolCalls []toolCall
-}
-
-// text returns a message's content whether it is a string or a list of text parts.
-func (m chatMessage) text() string {
-	var s string
-	if json.Unmarshal(m.Content, &s) == nil {
-		return s
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(m.Content, &parts) == nil {
-		var b strings.Builder
-		for _, p := range parts {
-			b.WriteString(p.Text)
-		}
-		return b.String()
-	}
-	return ""
+	ToolCalls []looptest.ChatToolCall
 }
 
 // decide applies the documented policy (see the package comment) to one request.
-func decide(req chatRequest) reply {
+func decide(req looptest.ChatRequest) reply {
 	lastUser := -1
 	for i, m := range req.Messages {
 		if m.Role == "user" {
@@ -80,7 +28,7 @@ func decide(req chatRequest) reply {
 	}
 	prompt := ""
 	if lastUser >= 0 {
-		prompt = req.Messages[lastUser].text()
+		prompt = req.Messages[lastUser].Text()
 	}
 	if results := toolResultsAfter(req.Messages, lastUser); len(results) > 0 {
 		return reply{Content: "Stand-in model: " + strings.Join(results, "; ")}
@@ -90,14 +38,14 @@ func decide(req chatRequest) reply {
 	}
 	tool := pickTool(req.Tools, prompt)
 	args, _ := json.Marshal(synthesise(tool.Function.Parameters, prompt, ""))
-	return reply{ToolCalls: []toolCall{{
+	return reply{ToolCalls: []looptest.ChatToolCall{{
 		ID:   fmt.Sprintf("call_%d", countRole(req.Messages, "assistant")+1),
-		Type: "function", Function: functionCall{Name: tool.Function.Name, Arguments: string(args)},
+		Type: "function", Function: looptest.ChatFunctionCall{Name: tool.Function.Name, Arguments: string(args)},
 	}}}
 }
 
 // toolResultsAfter renders the tool results that follow message index from, in order.
-func toolResultsAfter(msgs []chatMessage, from int) []string {
+func toolResultsAfter(msgs []looptest.ChatMessage, from int) []string {
 	names := map[string]string{}
 	var out []string
 	for _, m := range msgs[from+1:] {
@@ -111,12 +59,12 @@ func toolResultsAfter(msgs []chatMessage, from int) []string {
 		if name == "" {
 			name = "the tool"
 		}
-		out = append(out, name+" returned: "+m.text())
+		out = append(out, name+" returned: "+m.Text())
 	}
 	return out
 }
 
-func countRole(msgs []chatMessage, role string) int {
+func countRole(msgs []looptest.ChatMessage, role string) int {
 	n := 0
 	for _, m := range msgs {
 		if m.Role == role {
@@ -150,7 +98,7 @@ func words(s string) []string {
 
 // pickTool returns the first tool sharing a word with the prompt, else the first tool. Words are
 // compared by prefix both ways, so "deploy" matches "deployment" and "events" matches "event".
-func pickTool(tools []chatTool, prompt string) chatTool {
+func pickTool(tools []looptest.ChatTool, prompt string) looptest.ChatTool {
 	promptWords := words(prompt)
 	for _, t := range tools {
 		toolWords := words(strings.NewReplacer("_", " ", "-", " ").Replace(t.Function.Name) + " " + t.Function.Description)
@@ -288,32 +236,22 @@ func lastWord(prompt string) string {
 }
 
 // completion wraps a reply in the chat completion response format.
-func completion(req chatRequest, r reply) map[string]any {
-	msg := map[string]any{"role": "assistant", "content": r.Content}
-	finish := "stop"
+func completion(req looptest.ChatRequest, r reply) looptest.ChatCompletion {
+	msg := looptest.AssistantText(r.Content)
 	if len(r.ToolCalls) > 0 {
-		msg["content"] = nil
-		msg["tool_calls"] = r.ToolCalls
-		finish = "tool_calls"
+		msg = looptest.AssistantToolCalls(r.ToolCalls...)
 	}
 	promptTokens := 0
 	for _, m := range req.Messages {
-		promptTokens += len(strings.Fields(m.text())) + 1
+		promptTokens += len(strings.Fields(m.Text())) + 1
 	}
 	completionTokens := len(strings.Fields(r.Content)) + 1
 	for _, tc := range r.ToolCalls {
 		completionTokens += len(strings.Fields(tc.Function.Arguments)) + 1
 	}
-	return map[string]any{
-		"id":                 fmt.Sprintf("chatcmpl-standin-%d", len(req.Messages)),
-		"object":             "chat.completion",
-		"created":            time.Now().Unix(),
-		"model":              standinModel,
-		"system_fingerprint": standinFingerprint,
-		"choices":            []any{map[string]any{"index": 0, "finish_reason": finish, "message": msg}},
-		"usage": map[string]any{
-			"prompt_tokens": promptTokens, "completion_tokens": completionTokens,
-			"total_tokens": promptTokens + completionTokens,
-		},
-	}
+	c := looptest.NewCompletion(fmt.Sprintf("chatcmpl-standin-%d", len(req.Messages)), standinModel, msg, looptest.ChatUsage{
+		PromptTokens: promptTokens, CompletionTokens: completionTokens, TotalTokens: promptTokens + completionTokens,
+	})
+	c.Created, c.SystemFingerprint = time.Now().Unix(), standinFingerprint
+	return c
 }

@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/toolnexus/operator/internal/loop/looptest"
 )
 
-func tool(name, description, schema string) chatTool {
-	var t chatTool
+func tool(name, description, schema string) looptest.ChatTool {
+	var t looptest.ChatTool
 	t.Type = "function"
 	t.Function.Name, t.Function.Description = name, description
 	if schema != "" {
@@ -29,34 +31,34 @@ func TestDecide(t *testing.T) {
 
 	tests := []struct {
 		name     string
-		req      chatRequest
+		req      looptest.ChatRequest
 		wantText string
-		wantCall *functionCall
+		wantCall *looptest.ChatFunctionCall
 	}{{
 		name:     "no tools echoes the prompt",
-		req:      chatRequest{Messages: []chatMessage{{Role: "system", Content: text("be brief")}, {Role: "user", Content: text("hello there")}}},
+		req:      looptest.ChatRequest{Messages: []looptest.ChatMessage{{Role: "system", Content: text("be brief")}, {Role: "user", Content: text("hello there")}}},
 		wantText: "Stand-in model: you said: hello there",
 	}, {
 		name:     "a tool sharing a word with the prompt wins over the first tool",
-		req:      chatRequest{Messages: []chatMessage{{Role: "user", Content: text("buy a gpu")}}, Tools: []chatTool{deleteUser, purchase}},
-		wantCall: &functionCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`},
+		req:      looptest.ChatRequest{Messages: []looptest.ChatMessage{{Role: "user", Content: text("buy a gpu")}}, Tools: []looptest.ChatTool{deleteUser, purchase}},
+		wantCall: &looptest.ChatFunctionCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`},
 	}, {
 		name:     "no shared word picks the first tool; key=value sets an argument",
-		req:      chatRequest{Messages: []chatMessage{{Role: "user", Content: text("remove user=mallory now")}}, Tools: []chatTool{deleteUser, purchase}},
-		wantCall: &functionCall{Name: "delete_user", Arguments: `{"user":"mallory"}`},
+		req:      looptest.ChatRequest{Messages: []looptest.ChatMessage{{Role: "user", Content: text("remove user=mallory now")}}, Tools: []looptest.ChatTool{deleteUser, purchase}},
+		wantCall: &looptest.ChatFunctionCall{Name: "delete_user", Arguments: `{"user":"mallory"}`},
 	}, {
 		name:     "question gets the whole prompt",
-		req:      chatRequest{Messages: []chatMessage{{Role: "user", Content: text("Which colour should the t-shirt be?")}}, Tools: []chatTool{question}},
-		wantCall: &functionCall{Name: "question", Arguments: `{"questions":[{"question":"Which colour should the t-shirt be?"}]}`},
+		req:      looptest.ChatRequest{Messages: []looptest.ChatMessage{{Role: "user", Content: text("Which colour should the t-shirt be?")}}, Tools: []looptest.ChatTool{question}},
+		wantCall: &looptest.ChatFunctionCall{Name: "question", Arguments: `{"questions":[{"question":"Which colour should the t-shirt be?"}]}`},
 	}, {
 		name:     "numbers, enums and defaults; all properties when none is required",
-		req:      chatRequest{Messages: []chatMessage{{Role: "user", Content: text("set a budget of 1500")}}, Tools: []chatTool{budget}},
-		wantCall: &functionCall{Name: "set_budget", Arguments: `{"amount":1500,"currency":"EUR","team":"core"}`},
+		req:      looptest.ChatRequest{Messages: []looptest.ChatMessage{{Role: "user", Content: text("set a budget of 1500")}}, Tools: []looptest.ChatTool{budget}},
+		wantCall: &looptest.ChatFunctionCall{Name: "set_budget", Arguments: `{"amount":1500,"currency":"EUR","team":"core"}`},
 	}, {
 		name: "a tool result ends the run with a summary",
-		req: chatRequest{Tools: []chatTool{purchase}, Messages: []chatMessage{
+		req: looptest.ChatRequest{Tools: []looptest.ChatTool{purchase}, Messages: []looptest.ChatMessage{
 			{Role: "user", Content: text("buy a gpu")},
-			{Role: "assistant", ToolCalls: []toolCall{{ID: "call_1", Type: "function", Function: functionCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}}}},
+			{Role: "assistant", ToolCalls: []looptest.ChatToolCall{{ID: "call_1", Type: "function", Function: looptest.ChatFunctionCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}}}},
 			{Role: "tool", ToolCallID: "call_1", Content: text("purchase of gpu approved")},
 		}},
 		wantText: "Stand-in model: approve_purchase returned: purchase of gpu approved",
@@ -67,7 +69,7 @@ func TestDecide(t *testing.T) {
 			if got.Content != tt.wantText {
 				t.Errorf("text = %q, want %q", got.Content, tt.wantText)
 			}
-			var gotCall *functionCall
+			var gotCall *looptest.ChatFunctionCall
 			if len(got.ToolCalls) == 1 {
 				gotCall = &got.ToolCalls[0].Function
 			}

@@ -10,6 +10,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+
+	"github.com/toolnexus/operator/internal/loop/looptest"
 )
 
 // newRelay forwards /v1/<path> to <upstream>/<path>. The caller's Authorization header (the
@@ -36,7 +38,7 @@ func newRelay(upstream, model string, log *slog.Logger) (http.Handler, error) {
 		}
 		if model != "" && r.Method == http.MethodPost && r.Body != nil {
 			if err := replaceModel(r, model); err != nil {
-				writeJSON(w, http.StatusBadRequest, apiError("relay: "+err.Error()))
+				looptest.OpenAIError(http.StatusBadRequest, "relay: "+err.Error()).Write(w)
 				return
 			}
 		}

@@ -1,66 +1,49 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/toolnexus/operator/internal/loop/looptest"
 	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
 // The fakes answer at once: every figure the harness prints is the operator's (or the loop's) own
 // cost, not a model's or a tool's.
 
-var turnsPattern = regexp.MustCompile(`turns=(\d+)`)
-
 // modelServer is a zero-latency OpenAI-compatible chat-completions endpoint whose reply depends on
-// the conversation only, so every run shares it: a prompt holding "turns=N" gets N-1 turns that
-// call the run's first tool, then a final text.
+// the conversation only, so every run shares it (see answerTurn).
 type modelServer struct {
-	URL      string
-	requests atomic.Int64
+	URL string
 }
-
-type chatRequest struct {
-	Messages []struct {
-		Role string `json:"role"`
-	} `json:"messages"`
-	Tools []struct {
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	} `json:"tools"`
-}
-
-var finalText = looptest.OpenAIText("done").Body
 
 func newModelServer() (*modelServer, error) {
-	m := &modelServer{}
-	url, err := serve(http.HandlerFunc(m.serve))
-	m.URL = url
-	return m, err
+	url, err := serve(looptest.Handler(answerTurn))
+	return &modelServer{URL: url}, err
 }
 
-func (m *modelServer) serve(w http.ResponseWriter, r *http.Request) {
-	m.requests.Add(1)
-	body, _ := io.ReadAll(r.Body)
-	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
-		return
+var (
+	turnsPattern = regexp.MustCompile(`turns=(\d+)`)
+	finalText    = looptest.OpenAIText("done")
+)
+
+// answerTurn is the model's reply: a prompt holding "turns=N" gets N-1 turns that call the run's
+// first tool, then a final text.
+func answerTurn(r looptest.Request) looptest.Reply {
+	req, err := r.Chat()
+	if err != nil {
+		return looptest.OpenAIError(http.StatusBadRequest, "bad request: "+err.Error())
 	}
 	turns := 1
-	if mm := turnsPattern.FindSubmatch(body); mm != nil {
-		turns, _ = strconv.Atoi(string(mm[1]))
+	if m := turnsPattern.FindSubmatch(r.Body); m != nil {
+		turns, _ = strconv.Atoi(string(m[1]))
 	}
 	results := 0
 	for _, msg := range req.Messages {
@@ -68,15 +51,13 @@ func (m *modelServer) serve(w http.ResponseWriter, r *http.Request) {
 			results++
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
 	if results >= turns-1 || len(req.Tools) == 0 {
-		_, _ = io.WriteString(w, finalText)
-		return
+		return finalText
 	}
 	k := results + 1
-	_, _ = io.WriteString(w, looptest.OpenAIToolCalls(looptest.ToolCall{
+	return looptest.OpenAIToolCalls(looptest.ToolCall{
 		ID: "call_" + strconv.Itoa(k), Name: req.Tools[0].Function.Name, Arguments: fmt.Sprintf(`{"k":%d}`, k),
-	}).Body)
+	})
 }
 
 // toolServer is a zero-latency HTTP tool server (SPEC §4.1) with two tools: /work answers at once,
@@ -85,8 +66,6 @@ func (m *modelServer) serve(w http.ResponseWriter, r *http.Request) {
 type toolServer struct {
 	URL string
 
-	calls, suspensions, retries atomic.Int64
-
 	mu      sync.Mutex
 	waiters map[string]chan time.Time // run key -> notified on its retry
 	arrived map[string]time.Time      // run key -> first retry arrival
@@ -94,44 +73,33 @@ type toolServer struct {
 
 func newToolServer() (*toolServer, error) {
 	t := &toolServer{waiters: map[string]chan time.Time{}, arrived: map[string]time.Time{}}
-	url, err := serve(http.HandlerFunc(t.serve))
+	url, err := serve(toolstest.Handler(t.respond))
 	t.URL = url
 	return t, err
 }
 
-var pendingBody = func() string {
-	raw, _ := json.Marshal(tools.Pending(tools.Request{ID: "approve-work", Kind: tools.KindApproval, Prompt: "Approve the work?"}))
-	return string(raw)
-}()
+var pendingBody = toolstest.Pending(tools.Request{ID: "approve-work", Kind: tools.KindApproval, Prompt: "Approve the work?"})
 
-func (t *toolServer) serve(w http.ResponseWriter, r *http.Request) {
+func (t *toolServer) respond(c toolstest.Call) (int, string) {
 	now := time.Now()
-	_, _ = io.Copy(io.Discard, r.Body)
-	t.calls.Add(1)
-	key := r.Header.Get("Idempotency-Key")
-	if r.URL.Path == "/gate" {
-		if r.Header.Get("Toolnexus-Answer") == "" {
-			t.suspensions.Add(1)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, pendingBody)
-			return
-		}
-		t.retries.Add(1)
-		run, _, _ := strings.Cut(key, "/")
-		t.mu.Lock()
-		if _, seen := t.arrived[run]; !seen {
-			t.arrived[run] = now
-		}
-		ch := t.waiters[run]
-		delete(t.waiters, run)
-		t.mu.Unlock()
-		if ch != nil {
-			ch <- now
-		}
-		_, _ = io.WriteString(w, "approved")
-		return
+	switch {
+	case c.Path != "/gate":
+		return http.StatusOK, "ok"
+	case c.Answer == nil:
+		return http.StatusOK, pendingBody
 	}
-	_, _ = io.WriteString(w, "ok")
+	run, _, _ := strings.Cut(c.IdempotencyKey, "/")
+	t.mu.Lock()
+	if _, seen := t.arrived[run]; !seen {
+		t.arrived[run] = now
+	}
+	ch := t.waiters[run]
+	delete(t.waiters, run)
+	t.mu.Unlock()
+	if ch != nil {
+		ch <- now
+	}
+	return http.StatusOK, "approved"
 }
 
 // expect returns a channel that receives the arrival time of run's retry.

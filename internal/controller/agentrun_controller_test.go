@@ -20,12 +20,13 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/looptest"
 	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
 var ctx = context.Background()
 
 // newRun builds an AgentRun against the fake model at modelURL with HTTP tools served by ts.
-func newRun(ns, name, modelURL string, ts *toolServer, toolNames ...string) *toolnexusv1alpha1.AgentRun {
+func newRun(ns, name, modelURL string, ts *toolstest.Server, toolNames ...string) *toolnexusv1alpha1.AgentRun {
 	run := &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: toolnexusv1alpha1.AgentRunSpec{
@@ -110,11 +111,11 @@ var _ = Describe("AgentRun", func() {
 	BeforeEach(func() { ns = newNamespace() })
 
 	It("runs the AuthRequired calendar seed: one authorization request, the tool retried once after ok", func() {
-		ts := newToolServer(func(c toolCall) (int, string) {
+		ts := toolstest.Serve(GinkgoT(), func(c toolstest.Call) (int, string) {
 			if c.Answer != nil && c.Answer.OK {
 				return 200, "09:00 standup, 14:00 1:1"
 			}
-			return 200, pendingJSON(tools.Request{Kind: tools.KindAuthorization, Prompt: tools.DefaultAuthPrompt, URL: "https://accounts.example.com/authorize"})
+			return 200, toolstest.Pending(tools.Request{Kind: tools.KindAuthorization, Prompt: tools.DefaultAuthPrompt, URL: "https://accounts.example.com/authorize"})
 		})
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "read_calendar", Arguments: "{}"}),
@@ -171,8 +172,8 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("stays Suspended while nobody answers", func() {
-		ts := newToolServer(func(toolCall) (int, string) {
-			return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) {
+			return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
 		})
 		model := looptest.New(GinkgoT(), looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}))
 		run := newRun(ns, "parked", model.URL, ts, "approve")
@@ -185,8 +186,8 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("feeds `unresolved: <prompt>` to the model when the retry suspends again, with exactly one request", func() {
-		ts := newToolServer(func(toolCall) (int, string) {
-			return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) {
+			return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
 		})
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "flaky_approve", Arguments: "{}"}),
@@ -202,8 +203,8 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("tells the model a decline with its reason, and never re-runs the tool", func() {
-		ts := newToolServer(func(toolCall) (int, string) {
-			return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "Approve purchase of gpu?"})
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) {
+			return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "Approve purchase of gpu?"})
 		})
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve_purchase", Arguments: `{"item":"gpu"}`}),
@@ -220,12 +221,12 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("passes free-text input to the retried tool", func() {
-		ts := newToolServer(func(c toolCall) (int, string) {
+		ts := toolstest.Serve(GinkgoT(), func(c toolstest.Call) (int, string) {
 			if c.Answer != nil {
 				out, _ := c.Answer.OutputOf()
 				return 200, "deployed to " + out
 			}
-			return 200, pendingJSON(tools.Request{Kind: tools.KindInput, Prompt: "Which environment?"})
+			return 200, toolstest.Pending(tools.Request{Kind: tools.KindInput, Prompt: "Which environment?"})
 		})
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "deploy", Arguments: "{}"}),
@@ -256,7 +257,7 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("raises an approval gate before the tool runs, and runs it once after approval", func() {
-		ts := newToolServer(func(toolCall) (int, string) { return 200, "user deleted" })
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, "user deleted" })
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(
 				looptest.ToolCall{ID: "call_1", Name: "delete_user", Arguments: `{"user":"mallory","count":5}`},
@@ -277,7 +278,7 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("turns the LangSmith Fleet auth_required JSON into an authorization request", func() {
-		ts := newToolServer(func(c toolCall) (int, string) {
+		ts := toolstest.Serve(GinkgoT(), func(c toolstest.Call) (int, string) {
 			if c.Answer != nil {
 				return 200, "3 unread messages"
 			}
@@ -299,14 +300,14 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("keeps two suspensions of one turn apart, answered in reverse order, results in call order", func() {
-		ts := newToolServer(func(c toolCall) (int, string) {
+		ts := toolstest.Serve(GinkgoT(), func(c toolstest.Call) (int, string) {
 			switch {
 			case c.Path == "/lookup":
 				return 200, "looked up"
 			case c.Answer != nil:
 				return 200, "approved " + c.Path
 			}
-			return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve " + c.Path + "?"})
+			return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "approve " + c.Path + "?"})
 		})
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(
@@ -380,8 +381,8 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("cancels a parked run and marks its request cancelled", func() {
-		ts := newToolServer(func(toolCall) (int, string) {
-			return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) {
+			return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
 		})
 		model := looptest.New(GinkgoT(), looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}))
 		run := newRun(ns, "cancel-me", model.URL, ts, "approve")
@@ -396,7 +397,7 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("ends Incomplete with limit maxTurns when the model never stops calling tools", func() {
-		ts := newToolServer(func(toolCall) (int, string) { return 200, "again" })
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, "again" })
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "poke", Arguments: "{}"}),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_2", Name: "poke", Arguments: "{}"}))
@@ -410,7 +411,7 @@ var _ = Describe("AgentRun", func() {
 	})
 
 	It("reaches the model with an unknown tool and malformed arguments as error results", func() {
-		ts := newToolServer(func(toolCall) (int, string) { return 200, "fine" })
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, "fine" })
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(
 				looptest.ToolCall{ID: "call_1", Name: "nope", Arguments: "{}"},
@@ -453,7 +454,7 @@ var _ = Describe("AgentRun with a spec that passed admission but cannot run", fu
 
 	It("fails with InvalidSpec when an approval prompt cannot be rendered, and runs nothing", func() {
 		ns := newNamespace()
-		ts := newToolServer(func(toolCall) (int, string) { return 200, "ran" })
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, "ran" })
 		model := looptest.New(GinkgoT(), looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "act", Arguments: "{}"}))
 		run := newRun(ns, "bad-prompt", model.URL, ts, "act")
 		run.Spec.Approvals = []toolnexusv1alpha1.ApprovalGate{{Tools: []string{"*"}, Prompt: `{{printf "%600000000d" 1}}`}}

@@ -18,15 +18,16 @@ import (
 	"github.com/toolnexus/operator/internal/loop/looptest"
 	"github.com/toolnexus/operator/internal/testenv"
 	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
 // approvalServer suspends every first call with an approval and answers a retry with "approved".
-func approvalServer() *toolServer {
-	return newToolServer(func(c toolCall) (int, string) {
+func approvalServer() *toolstest.Server {
+	return toolstest.Serve(GinkgoT(), func(c toolstest.Call) (int, string) {
 		if c.Answer != nil {
 			return 200, "approved"
 		}
-		return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
+		return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
 	})
 }
 

@@ -25,6 +25,7 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/looptest"
 	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
 // gatedModel is a model endpoint that answers request n with replies[n] once the test has
@@ -36,6 +37,8 @@ type gatedModel struct {
 	gates    map[int]chan struct{}
 	arrived  map[int]chan struct{}
 	requests atomic.Int32
+	// aborted counts held requests whose client went away before they were released.
+	aborted atomic.Int32
 }
 
 func newGatedModel(replies ...looptest.Reply) *gatedModel {
@@ -53,6 +56,7 @@ func newGatedModel(replies ...looptest.Reply) *gatedModel {
 			select {
 			case <-gate:
 			case <-r.Context().Done():
+				m.aborted.Add(1)
 				return
 			}
 		}
@@ -194,7 +198,7 @@ var _ = Describe("AgentRun tool faults", func() {
 		down := httptest.NewServer(http.NotFoundHandler())
 		down.Close()
 		release := make(chan struct{})
-		slow := newToolServer(func(toolCall) (int, string) {
+		slow := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) {
 			<-release
 			return 200, "too late"
 		})
@@ -205,7 +209,7 @@ var _ = Describe("AgentRun tool faults", func() {
 				looptest.ToolCall{ID: "call_slow", Name: "slow", Arguments: `{}`}),
 			looptest.OpenAIText("both tools failed; here is what I know"))
 		run := newRun(ns, "tools-down", model.URL, slow, "slow")
-		lookup := newRun(ns, "", model.URL, &toolServer{URL: down.URL}, "lookup").Spec.Tools[0]
+		lookup := newRun(ns, "", model.URL, &toolstest.Server{URL: down.URL}, "lookup").Spec.Tools[0]
 		run.Spec.Tools = append(run.Spec.Tools, lookup)
 		run.Spec.Tools[0].HTTP.Timeout = &metav1.Duration{Duration: 300 * time.Millisecond}
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
@@ -220,7 +224,7 @@ var _ = Describe("AgentRun tool faults", func() {
 	It("truncates a 10 MB tool response and tells the model so", func() {
 		line := strings.Repeat("abcdefghijklmnopqrstuvwxyz012345", 2) + "\n"
 		big := strings.Repeat(line, (10<<20)/len(line))
-		ts := newToolServer(func(toolCall) (int, string) { return 200, big })
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, big })
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "dump", Arguments: "{}"}),
 			looptest.OpenAIText("skimmed it"))
@@ -268,9 +272,9 @@ var _ = Describe("AgentRun API faults", func() {
 	BeforeEach(func() { ns = newNamespace() })
 
 	It("keeps the labels and annotations a user writes while the controller writes status", func() {
-		ts := newToolServer(func(c toolCall) (int, string) {
+		ts := toolstest.Serve(GinkgoT(), func(c toolstest.Call) (int, string) {
 			if c.Path == "/approve" && c.Answer == nil {
-				return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
+				return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
 			}
 			return 200, "ok " + c.Path
 		})
@@ -340,7 +344,7 @@ var _ = Describe("AgentRun API faults", func() {
 	})
 
 	It("neither repeats a step nor drops the label when a backup tool labels the record mid-turn", func() {
-		ts := newToolServer(func(toolCall) (int, string) { return 200, "ok" })
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, "ok" })
 		model := newGatedModel(
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "step", Arguments: "{}"}),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_2", Name: "step", Arguments: "{}"}),
@@ -365,14 +369,14 @@ var _ = Describe("AgentRun API faults", func() {
 	})
 
 	It("copes with the AgentRun deleted while its model turn is in flight", func() {
-		ts := newToolServer(func(toolCall) (int, string) {
-			return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) {
+			return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "approve?"})
 		})
 		model := newGatedModel(
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "step", Arguments: "{}"}),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_2", Name: "approve", Arguments: "{}"}))
 		arrived, release := model.hold(2)
-		ts1 := newToolServer(func(toolCall) (int, string) { return 200, "ok" })
+		ts1 := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, "ok" })
 		run := newRun(ns, "doomed", model.URL, ts1, "step")
 		run.Spec.Tools = append(run.Spec.Tools, newRun(ns, "", model.URL, ts, "approve").Spec.Tools[0])
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
@@ -384,6 +388,7 @@ var _ = Describe("AgentRun API faults", func() {
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), &toolnexusv1alpha1.AgentRun{}))
 		}, eventually).Should(BeTrue())
+		Eventually(model.aborted.Load, eventually).Should(Equal(int32(1)), "the in-flight model request is aborted")
 		release()
 		Consistently(func() int32 { return model.requests.Load() }, "2s").Should(Equal(int32(2)), "the deleted run takes no further model turn")
 		Expect(reconcileCounter("controller_runtime_reconcile_panics_total")).To(Equal(panics))

@@ -20,6 +20,7 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/looptest"
 	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
 // The values a leak search looks for.
@@ -36,12 +37,12 @@ var _ = Describe("Secrets", func() {
 		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tool-token"},
 			StringData: map[string]string{"token": leakedHeader}})).To(Succeed())
 		// A careless tool server that echoes the request's headers, in an error and in a success.
-		ts := newToolServer(func(c toolCall) (int, string) {
+		ts := toolstest.Serve(GinkgoT(), func(c toolstest.Call) (int, string) {
 			echo := "you sent Authorization=" + c.Header.Get("Authorization") + " X-Key=" + c.Header.Get("X-Key")
 			if c.Path == "/fails" {
 				return http.StatusForbidden, echo
 			}
-			return 200, pendingJSON(tools.Request{Kind: tools.KindApproval, Prompt: "approve? " + echo})
+			return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "approve? " + echo})
 		})
 		// A careless model endpoint: it echoes the key in its error, then behaves.
 		model := looptest.New(GinkgoT(),

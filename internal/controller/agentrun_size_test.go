@@ -12,6 +12,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
 var words = strings.Fields(`alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar
@@ -33,7 +34,7 @@ var _ = Describe("AgentRun size limits", func() {
 	It("completes a 200-turn run with 2 MB of tool output", func() {
 		ns := newNamespace()
 		rng := mathrand.New(mathrand.NewPCG(1, 2))
-		ts := newToolServer(func(toolCall) (int, string) { return 200, prose(rng, 10*1024) })
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, prose(rng, 10*1024) })
 		var replies []looptest.Reply
 		for i := 1; i < 200; i++ {
 			replies = append(replies, looptest.OpenAIToolCalls(looptest.ToolCall{ID: fmt.Sprintf("call_%d", i), Name: "read", Arguments: "{}"}))
@@ -52,7 +53,7 @@ var _ = Describe("AgentRun size limits", func() {
 
 	It("fails with TranscriptTooLarge, not a crash loop, beyond what it can store (4 MiB in this suite)", func() {
 		ns := newNamespace()
-		ts := newToolServer(func(toolCall) (int, string) {
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) {
 			raw := make([]byte, 768*1024)
 			_, _ = rand.Read(raw)
 			return 200, base64.StdEncoding.EncodeToString(raw) // 1 MiB that compresses to 0.75 MiB at best

@@ -3,11 +3,7 @@ package controller_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -31,7 +27,6 @@ import (
 
 	"github.com/toolnexus/operator/internal/controller"
 	"github.com/toolnexus/operator/internal/testenv"
-	"github.com/toolnexus/operator/internal/tools"
 )
 
 var (
@@ -132,62 +127,6 @@ func newNamespace() string {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "run-"}}
 	Expect(k8sClient.Create(context.Background(), ns)).To(Succeed())
 	return ns.Name
-}
-
-// toolCall is one request a fake tool server received.
-type toolCall struct {
-	Path           string
-	Args           map[string]any
-	Answer         *tools.Answer
-	IdempotencyKey string
-	Header         http.Header
-}
-
-// toolServer is a fake tool server speaking the HTTP tool protocol of SPEC 4.1. respond decides
-// each reply from the call (its path, arguments and decoded Toolnexus-Answer header).
-type toolServer struct {
-	URL     string
-	mu      sync.Mutex
-	calls   []toolCall
-	respond func(c toolCall) (int, string)
-}
-
-func newToolServer(respond func(c toolCall) (int, string)) *toolServer {
-	ts := &toolServer{respond: respond}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		c := toolCall{Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"), Header: r.Header.Clone()}
-		_ = json.Unmarshal(body, &c.Args)
-		if h := r.Header.Get("Toolnexus-Answer"); h != "" {
-			raw, err := base64.RawURLEncoding.DecodeString(h)
-			Expect(err).NotTo(HaveOccurred())
-			c.Answer = &tools.Answer{}
-			Expect(json.Unmarshal(raw, c.Answer)).To(Succeed())
-		}
-		ts.mu.Lock()
-		ts.calls = append(ts.calls, c)
-		ts.mu.Unlock()
-		status, out := ts.respond(c)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, out)
-	}))
-	DeferCleanup(srv.Close)
-	ts.URL = srv.URL
-	return ts
-}
-
-func (ts *toolServer) Calls() []toolCall {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return append([]toolCall(nil), ts.calls...)
-}
-
-// pendingJSON is a toolnexus ToolResult that suspends with req.
-func pendingJSON(req tools.Request) string {
-	raw, err := json.Marshal(tools.Pending(req))
-	Expect(err).NotTo(HaveOccurred())
-	return string(raw)
 }
 
 const eventually = 20 * time.Second

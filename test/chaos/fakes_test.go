@@ -3,14 +3,10 @@
 package chaos
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +14,7 @@ import (
 
 	"github.com/toolnexus/operator/internal/loop/looptest"
 	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
 // plan is what the fake model does in a run: turns[k] tool calls in model turn k+1, then a final
@@ -47,18 +44,6 @@ func hash(s string) uint64 {
 
 func approvalPrompt(run, call string) string { return "approve " + run + "/" + call + "?" }
 
-// chatRequest is the part of an OpenAI chat-completions request the fake model reads.
-type chatRequest struct {
-	Messages []struct {
-		Role       string `json:"role"`
-		Content    string `json:"content"`
-		ToolCallID string `json:"tool_call_id"`
-		ToolCalls  []struct {
-			ID string `json:"id"`
-		} `json:"tool_calls"`
-	} `json:"messages"`
-}
-
 // fakeModel is an OpenAI-compatible endpoint shared by every run: its reply depends only on the
 // conversation it is sent. It checks each conversation it receives (one result per call, in
 // order) and keeps the last one per run.
@@ -75,9 +60,7 @@ type fakeModel struct {
 
 func startFakeModel(t *testing.T) *fakeModel {
 	m := &fakeModel{turnRequests: map[string]int{}, final: map[string]map[string]string{}}
-	srv := httptest.NewServer(http.HandlerFunc(m.serve))
-	t.Cleanup(srv.Close)
-	m.URL = srv.URL + "/v1"
+	m.URL = looptest.Serve(t, m.respond).URL + "/v1"
 	return m
 }
 
@@ -87,16 +70,14 @@ func (m *fakeModel) problem(format string, args ...any) {
 	m.problems = append(m.problems, fmt.Sprintf(format, args...))
 }
 
-func (m *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
-		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
-		return
+func (m *fakeModel) respond(r looptest.Request) looptest.Reply {
+	req, err := r.Chat()
+	if err != nil || len(req.Messages) == 0 {
+		return looptest.OpenAIError(http.StatusBadRequest, "bad request")
 	}
-	run, ok := strings.CutPrefix(req.Messages[0].Content, "chaos ")
+	run, ok := strings.CutPrefix(req.Messages[0].Text(), "chaos ")
 	if !ok {
-		http.Error(w, `{"error":{"message":"not a chaos run"}}`, http.StatusBadRequest)
-		return
+		return looptest.OpenAIError(http.StatusBadRequest, "not a chaos run")
 	}
 	// Check the conversation: every call of every assistant turn has exactly one result, right
 	// after it and in call order.
@@ -116,13 +97,12 @@ func (m *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
 			if _, dup := results[tc.ID]; dup {
 				m.problem("%s: call %s has two results", run, tc.ID)
 			}
-			results[tc.ID] = req.Messages[i].Content
+			results[tc.ID] = req.Messages[i].Text()
 		}
 	}
 	m.mu.Lock()
 	m.turnRequests[fmt.Sprintf("%s/%d", run, turn+1)]++
 	m.mu.Unlock()
-	time.Sleep(time.Duration(5+rand.IntN(40)) * time.Millisecond)
 
 	p := planFor(run)
 	var reply looptest.Reply
@@ -139,70 +119,52 @@ func (m *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
 		m.mu.Unlock()
 		reply = looptest.OpenAIText("done " + run)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = io.WriteString(w, reply.Body)
+	reply.Delay = time.Duration(5+rand.IntN(40)) * time.Millisecond
+	return reply
 }
 
 // fakeTools is the HTTP tool server of every run: tool "work" suspends some calls with an
 // approval and answers the retry with "approved <call>". It counts executions per
 // Idempotency-Key: a key seen twice is an at-least-once re-execution.
 type fakeTools struct {
-	URL string
+	*toolstest.Server
 
-	mu         sync.Mutex
-	executions map[string]int
-	problems   []string
+	mu       sync.Mutex
+	problems []string
 }
 
 func startFakeTools(t *testing.T) *fakeTools {
-	ft := &fakeTools{executions: map[string]int{}}
-	srv := httptest.NewServer(http.HandlerFunc(ft.serve))
-	t.Cleanup(srv.Close)
-	ft.URL = srv.URL
+	ft := &fakeTools{}
+	ft.Server = toolstest.Serve(t, ft.respond)
 	return ft
 }
 
-func (ft *fakeTools) serve(w http.ResponseWriter, r *http.Request) {
-	var args struct{ Run, Call string }
-	_ = json.NewDecoder(r.Body).Decode(&args)
-	key := r.Header.Get(tools.IdempotencyKeyHeader)
-	ft.mu.Lock()
-	ft.executions[key]++
-	ft.mu.Unlock()
+func (ft *fakeTools) respond(c toolstest.Call) (int, string) {
+	run, _ := c.Args["run"].(string)
+	call, _ := c.Args["call"].(string)
 	time.Sleep(time.Duration(5+rand.IntN(30)) * time.Millisecond)
-	w.Header().Set("Content-Type", "application/json")
-	if h := r.Header.Get(tools.AnswerHeader); h != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(h)
-		var a tools.Answer
-		if err == nil {
-			err = json.Unmarshal(raw, &a)
-		}
-		if err != nil || !a.OK || !strings.HasSuffix(key, "/answer") {
+	if c.Answer != nil {
+		if !c.Answer.OK || !strings.HasSuffix(c.IdempotencyKey, "/answer") {
 			ft.mu.Lock()
-			ft.problems = append(ft.problems, fmt.Sprintf("%s/%s: bad retry (key %q, answer %s, %v)", args.Run, args.Call, key, raw, err))
+			ft.problems = append(ft.problems, fmt.Sprintf("%s/%s: bad retry (key %q, answer %+v)", run, call, c.IdempotencyKey, *c.Answer))
 			ft.mu.Unlock()
 		}
-		_, _ = io.WriteString(w, "approved "+args.Call)
-		return
+		return http.StatusOK, "approved " + call
 	}
-	if suspends(args.Run, args.Call) {
-		raw, _ := json.Marshal(tools.Pending(tools.Request{Kind: tools.KindApproval, Prompt: approvalPrompt(args.Run, args.Call)}))
-		_, _ = w.Write(raw)
-		return
+	if suspends(run, call) {
+		return http.StatusOK, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: approvalPrompt(run, call)})
 	}
-	_, _ = io.WriteString(w, "result "+args.Call)
+	return http.StatusOK, "result " + call
 }
 
 // counts returns, per call (run uid/call id), the executions without and with an answer.
 func (ft *fakeTools) counts() (first, retried map[string]int) {
-	ft.mu.Lock()
-	defer ft.mu.Unlock()
 	first, retried = map[string]int{}, map[string]int{}
-	for k, n := range ft.executions {
-		if base, ok := strings.CutSuffix(k, "/answer"); ok {
-			retried[base] += n
+	for _, c := range ft.Calls() {
+		if base, ok := strings.CutSuffix(c.IdempotencyKey, "/answer"); ok {
+			retried[base]++
 		} else {
-			first[k] += n
+			first[c.IdempotencyKey]++
 		}
 	}
 	return first, retried

@@ -6,12 +6,8 @@ package trust_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +29,7 @@ import (
 
 	"github.com/toolnexus/operator/internal/controller"
 	"github.com/toolnexus/operator/internal/testenv"
+	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
 // The manager's identity once config/rbac is built: namespace and namePrefix of its kustomization.
@@ -166,33 +163,9 @@ func newNamespace() string {
 	return ns.Name
 }
 
-// toolServer is a fake HTTP tool (SPEC 4.1) that records the arguments of every call.
-type toolServer struct {
-	URL   string
-	mu    sync.Mutex
-	calls []map[string]any
-}
-
-func newToolServer() *toolServer {
-	ts := &toolServer{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var args map[string]any
-		_ = json.Unmarshal(body, &args)
-		ts.mu.Lock()
-		ts.calls = append(ts.calls, args)
-		ts.mu.Unlock()
-		_, _ = io.WriteString(w, "purchased")
-	}))
-	DeferCleanup(srv.Close)
-	ts.URL = srv.URL
-	return ts
-}
-
-func (ts *toolServer) Calls() []map[string]any {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return append([]map[string]any(nil), ts.calls...)
+// newToolServer is the fake HTTP tool of every spec: it answers "purchased" and records each call.
+func newToolServer() *toolstest.Server {
+	return toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return http.StatusOK, "purchased" })
 }
 
 const eventually = 30 * time.Second

@@ -1,14 +1,21 @@
-// Package looptest is a fake model endpoint for tests: an httptest server that answers each
-// request with the next scripted reply, in the real OpenAI chat-completions or Anthropic Messages
-// wire format, and records what it was sent.
+// Package looptest fakes what the loop talks to over HTTP, for tests, the benchmark and the
+// stand-in model. Its core is one fake HTTP server on loopback (Serve for a test, which records
+// what it was sent; Handler for a long-running process) answering each request with a Reply that
+// a Responder computes, or that New takes from a script. The model side is here too: the OpenAI
+// chat-completions wire types and replies, and Anthropic Messages replies. Package toolstest
+// speaks the HTTP tool protocol over the same server.
 package looptest
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"time"
 )
 
 // T is the part of testing.TB the fake needs; Ginkgo's GinkgoT() satisfies it too.
@@ -19,14 +26,29 @@ type T interface {
 	Cleanup(func())
 }
 
-// Reply is one scripted response.
+// Reply is one response of the fake.
 type Reply struct {
 	Status int // 0 means 200
 	Header http.Header
 	Body   string
+	// Delay is how long the fake waits before answering, as a slow model would; a request
+	// cancelled meanwhile gets no answer.
+	Delay time.Duration
 }
 
-// Request is one recorded request.
+// Write writes the reply, as JSON unless its Header names another Content-Type. It ignores Delay.
+func (r Reply) Write(w http.ResponseWriter) {
+	for k, v := range r.Header {
+		w.Header()[k] = v
+	}
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(max(r.Status, http.StatusOK))
+	_, _ = io.WriteString(w, r.Body)
+}
+
+// Request is one request the fake received.
 type Request struct {
 	Method string
 	Path   string
@@ -44,50 +66,96 @@ func (r Request) JSON(t T) map[string]any {
 	return m
 }
 
-// Server is the fake endpoint. URL is its base URL.
+// Responder computes the reply to one request. It may be called concurrently.
+type Responder func(Request) Reply
+
+// MaxRequestBytes bounds the request body the fake reads, as a real endpoint bounds it (and the
+// stand-in model, a shared process, must); a larger one gets a 413.
+const MaxRequestBytes = 32 << 20
+
+// Handler answers every request with respond and records nothing, for a process that serves for
+// as long as it runs (the benchmark, the stand-in model).
+func Handler(respond Responder) http.Handler {
+	return handler{respond: respond}
+}
+
+type handler struct {
+	respond Responder
+	// received, when set, sees every request before it is answered.
+	received func(Request)
+}
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
+			OpenAIError(http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes", MaxRequestBytes)).Write(w)
+		} else {
+			OpenAIError(http.StatusBadRequest, "reading the request body: "+err.Error()).Write(w)
+		}
+		return
+	}
+	req := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
+	if h.received != nil {
+		h.received(req)
+	}
+	reply := h.respond(req)
+	if reply.Delay > 0 && !sleep(r.Context(), reply.Delay) {
+		return
+	}
+	reply.Write(w)
+}
+
+// sleep waits d, or less when ctx ends first; it reports whether it waited d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Server is a fake endpoint for one test. URL is its base URL.
 type Server struct {
 	URL string
 
-	t        T
 	mu       sync.Mutex
-	replies  []Reply
 	requests []Request
 }
 
-// New starts a server answering with replies in order; it is closed when the test ends. A request
-// beyond the script fails the test and gets a 500.
-func New(t T, replies ...Reply) *Server {
-	s := &Server{t: t, replies: replies}
-	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+// Serve starts a server answering every request with respond; it is closed when the test ends.
+func Serve(t T, respond Responder) *Server {
+	s := &Server{}
+	srv := httptest.NewServer(handler{respond: respond, received: func(r Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.requests = append(s.requests, r)
+	}})
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
 	return s
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
-	if len(s.replies) == 0 {
-		s.mu.Unlock()
-		s.t.Errorf("looptest: unscripted request %d to %s", len(s.requests), r.URL.Path)
-		http.Error(w, `{"error":{"message":"looptest: no scripted reply"}}`, http.StatusInternalServerError)
-		return
-	}
-	reply := s.replies[0]
-	s.replies = s.replies[1:]
-	s.mu.Unlock()
-	for k, v := range reply.Header {
-		w.Header()[k] = v
-	}
-	if w.Header().Get("Content-Type") == "" {
-		w.Header().Set("Content-Type", "application/json")
-	}
-	if reply.Status == 0 {
-		reply.Status = http.StatusOK
-	}
-	w.WriteHeader(reply.Status)
-	_, _ = io.WriteString(w, reply.Body)
+// New starts a server answering with replies in order; it is closed when the test ends. A request
+// beyond the script fails the test and gets a 500.
+func New(t T, replies ...Reply) *Server {
+	var mu sync.Mutex
+	n := 0
+	return Serve(t, func(r Request) Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		if len(replies) == 0 {
+			t.Errorf("looptest: unscripted request %d to %s", n, r.Path)
+			return OpenAIError(http.StatusInternalServerError, "looptest: no scripted reply")
+		}
+		reply := replies[0]
+		replies = replies[1:]
+		return reply
+	})
 }
 
 // Requests returns what the server was sent so far.
@@ -95,72 +163,4 @@ func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request(nil), s.requests...)
-}
-
-// ToolCall is a tool call for a scripted reply. Arguments is the raw JSON text.
-type ToolCall struct {
-	ID, Name, Arguments string
-}
-
-// Usage of every scripted reply: 10 prompt and 5 completion tokens.
-const (
-	PromptTokens     = 10
-	CompletionTokens = 5
-)
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
-var openAIUsage = map[string]any{"prompt_tokens": PromptTokens, "completion_tokens": CompletionTokens, "total_tokens": PromptTokens + CompletionTokens}
-
-// OpenAIText is a chat completion that ends the run with text.
-func OpenAIText(text string) Reply {
-	return Reply{Body: mustJSON(map[string]any{
-		"id": "chatcmpl-text", "object": "chat.completion", "model": "fake",
-		"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
-			"message": map[string]any{"role": "assistant", "content": text}}},
-		"usage": openAIUsage,
-	})}
-}
-
-// OpenAIToolCalls is a chat completion requesting tool calls.
-func OpenAIToolCalls(calls ...ToolCall) Reply {
-	tcs := make([]any, len(calls))
-	for i, c := range calls {
-		tcs[i] = map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}}
-	}
-	return Reply{Body: mustJSON(map[string]any{
-		"id": "chatcmpl-tools", "object": "chat.completion", "model": "fake",
-		"choices": []any{map[string]any{"index": 0, "finish_reason": "tool_calls",
-			"message": map[string]any{"role": "assistant", "content": nil, "tool_calls": tcs}}},
-		"usage": openAIUsage,
-	})}
-}
-
-var anthropicUsage = map[string]any{"input_tokens": PromptTokens, "output_tokens": CompletionTokens}
-
-// AnthropicText is a message that ends the run with text.
-func AnthropicText(text string) Reply {
-	return Reply{Body: mustJSON(map[string]any{
-		"id": "msg_text", "type": "message", "role": "assistant", "model": "fake", "stop_reason": "end_turn",
-		"content": []any{map[string]any{"type": "text", "text": text}},
-		"usage":   anthropicUsage,
-	})}
-}
-
-// AnthropicToolUse is a message requesting tool calls.
-func AnthropicToolUse(calls ...ToolCall) Reply {
-	blocks := make([]any, len(calls))
-	for i, c := range calls {
-		blocks[i] = map[string]any{"type": "tool_use", "id": c.ID, "name": c.Name, "input": json.RawMessage(c.Arguments)}
-	}
-	return Reply{Body: mustJSON(map[string]any{
-		"id": "msg_tools", "type": "message", "role": "assistant", "model": "fake", "stop_reason": "tool_use",
-		"content": blocks, "usage": anthropicUsage,
-	})}
 }
