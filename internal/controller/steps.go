@@ -135,7 +135,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 		tk, o.mcpFailures, o.err = rt.toolkit(ctx)
 		if o.err == nil {
 			o.toolsBuilt = true
-			o.err = takeSteps(ctx, rt.client, st, tk)
+			o.err = takeSteps(ctx, rt.client, st, tk, r.maxTranscriptRawBytes())
 		}
 		r.steps.put(key, o)
 		r.steps.notify(ctx, wake)
@@ -145,10 +145,15 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 
 // takeSteps runs the steps the state allows in one go: the tool calls of the turn and then the next
 // model turn, stopping after a model turn that asks for tool calls, so that it is saved before
-// they run.
-func takeSteps(ctx context.Context, c *loop.Client, st *loop.State, tk *tools.Toolkit) error {
+// they run, and before a model turn when the transcript has outgrown what a run may hold, so that
+// the save ends the run instead of the transcript going to the model.
+func takeSteps(ctx context.Context, c *loop.Client, st *loop.State, tk *tools.Toolkit, maxRaw int) error {
 	for {
-		if next := st.Next(); next != loop.ActionModelTurn && next != loop.ActionToolCalls {
+		next := st.Next()
+		if next != loop.ActionModelTurn && next != loop.ActionToolCalls {
+			return nil
+		}
+		if next == loop.ActionModelTurn && transcriptSize(st) > maxRaw {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -162,6 +167,18 @@ func takeSteps(ctx context.Context, c *loop.Client, st *loop.State, tk *tools.To
 			return nil
 		}
 	}
+}
+
+// transcriptSize is what the transcript's texts add up to: a lower bound of its encoded size.
+func transcriptSize(st *loop.State) int {
+	n := 0
+	for _, m := range st.Messages {
+		n += len(m.Content)
+		for _, tc := range m.ToolCalls {
+			n += len(tc.Arguments)
+		}
+	}
+	return n
 }
 
 // applyStep takes the outcome of the run's finished step into its state. It reports false when
