@@ -188,7 +188,9 @@ func (h *httpTool) newRequest(ctx context.Context, args map[string]any, tc *Tool
 	if tc.IdempotencyKey != "" {
 		req.Header.Set(IdempotencyKeyHeader, tc.IdempotencyKey)
 	}
-	if tc.Answer != nil {
+	// The header answers the tool's own suspension. A gate's approval is not one: the tool runs for
+	// the first time, and must not mistake the approval for, say, a completed login.
+	if tc.Answer != nil && !strings.HasPrefix(tc.Answer.ID, ApprovalIDPrefix) {
 		raw, err := json.Marshal(tc.Answer)
 		if err != nil {
 			return nil, fmt.Errorf("answer is not JSON: %w", err)

@@ -202,9 +202,10 @@ func TestHTTPToolRetryCarriesAnswerAndKeys(t *testing.T) {
 	srv := recordingServer(t, &seen)
 	tool := mustHTTPTool(t, HTTPToolSpec{Name: "t", URL: srv.URL})
 	answer := Answer{ID: "pnd-1", OK: true, Data: map[string]any{"region": "eu-west-1", "n": float64(2), "nested": map[string]any{"a": []any{"b"}}}}
+	gate := Answer{ID: ApprovalIDPrefix + "call_1", OK: true}
 	calls := []ToolContext{
-		{CallID: "call_1", IdempotencyKey: "run-uid/call_1"},
-		{CallID: "call_1", IdempotencyKey: "run-uid/call_1"}, // a re-execution after a restart
+		{CallID: "call_1", IdempotencyKey: "run-uid/call_1", Answer: &gate}, // the first run after a gate's approval
+		{CallID: "call_1", IdempotencyKey: "run-uid/call_1"},                // a re-execution after a restart
 		{CallID: "call_1", IdempotencyKey: "run-uid/call_1/answer", Answer: &answer},
 	}
 	for i := range calls {

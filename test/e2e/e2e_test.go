@@ -217,6 +217,45 @@ func TestFirstFiveMinutes(t *testing.T) {
 			t.Errorf("phase: %v", err)
 		}
 	})
+
+	t.Run("a gate's approval, then the tool's own login, then data", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(repoRoot(), "config", "samples", "authorization.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The calendar tool answers auth_required on its first run; here it is also gated.
+		manifest := strings.NewReplacer(sampleModelURL, "http://"+modelAddr, sampleToolsURL, "http://"+toolsAddr,
+			"name: read-calendar", "name: gated-calendar").Replace(string(raw)) +
+			"  approvals: [{tools: [calendar]}]\n  suspension: {approvers: {users: [alice]}}\n"
+		if out, err := k.as("admin", manifest, "apply", "-f", "-"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if _, err := k.as("admin", "", "wait", "--for=create", "--timeout=60s", "preq/"+preqName("gated-calendar")); err != nil {
+			t.Fatal(err)
+		}
+		if kind := k.must(t, "get", "preq", preqName("gated-calendar"), "-o", "jsonpath={.spec.request.kind}"); kind != "approval" {
+			t.Fatalf("first request kind = %q, want approval", kind)
+		}
+		answer(t, k, "alice", "gated-calendar", `{"ok":true}`)
+		// The approved tool runs for the first time and asks for a login: a second request.
+		var login string
+		deadline := time.Now().Add(60 * time.Second)
+		for login == "" && time.Now().Before(deadline) {
+			out := k.must(t, "get", "preq", "-l", "toolnexus.dev/run=gated-calendar",
+				"-o", `jsonpath={range .items[?(@.spec.request.kind=="authorization")]}{.metadata.name}{end}`)
+			login = strings.TrimSpace(out)
+			time.Sleep(200 * time.Millisecond)
+		}
+		if login == "" {
+			t.Fatalf("no authorization request after the approval:\n%s", k.must(t, "get", "ar,preq", "-o", "wide"))
+		}
+		if _, err := k.as("alice", "", "patch", "preq", login, "--subresource=status", "--type=merge",
+			"-p", `{"status":{"answer":{"ok":true}}}`); err != nil {
+			t.Fatal(err)
+		}
+		waitSucceeded(t, k, "gated-calendar")
+		wantText(t, k, "gated-calendar", "Stand-in model: calendar returned: events on friday: ")
+	})
 	t.Logf("e2e took %s", time.Since(start).Round(time.Second))
 }
 
