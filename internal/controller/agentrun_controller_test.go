@@ -274,7 +274,8 @@ var _ = Describe("AgentRun", func() {
 		answer(&reqs[0], `{"ok":true}`)
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
 		Expect(ts.Calls()).To(HaveLen(2))
-		Expect(ts.Calls()[1].Answer).To(Equal(&tools.Answer{ID: "toolguard:call_1", OK: true}))
+		Expect(ts.Calls()[1].Answer).To(BeNil(), "the approval is not the tool's own answer")
+		Expect(ts.Calls()[1].IdempotencyKey).To(HaveSuffix("/call_1"), "the approved call's first run")
 	})
 
 	It("turns the LangSmith Fleet auth_required JSON into an authorization request", func() {

@@ -75,8 +75,12 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error
 		if exp := expiresAt(preq); exp.IsZero() || s.now.Before(exp) {
 			continue
 		}
-		if err := r.expire(ctx, preq, s.now); err != nil {
+		expired, err := r.expire(ctx, preq, s.now)
+		if err != nil {
 			return err
+		}
+		if !expired {
+			continue // answered just before: the answer arrives with its event, and stands
 		}
 		s.event(func() {
 			r.Recorder.Eventf(s.run, preq, corev1.EventTypeWarning, EventRequestExpired, actionAnswer, "PendingRequest %s expired unanswered", name)
@@ -176,20 +180,21 @@ func (r *AgentRunReconciler) liveRequest(ctx context.Context, namespace, name st
 	return preq, nil
 }
 
-// expire answers a request {ok: false, reason: expired} as system:expired.
-func (r *AgentRunReconciler) expire(ctx context.Context, preq *toolnexusv1alpha1.PendingRequest, now time.Time) error {
-	before := preq.DeepCopy()
-	preq.Status.Answer = &toolnexusv1alpha1.Answer{OK: false, Reason: tools.ReasonExpired}
-	preq.Status.AnsweredBy = toolnexusv1alpha1.ExpiredAnswerer
-	preq.Status.AnsweredAt = &metav1.Time{Time: now}
-	if _, err := patchStatus(ctx, r.Client, preq, before); err != nil {
+// expire answers a request {ok: false, reason: expired} as system:expired. It reports false when
+// someone answered first (the API server refuses to change an answer): their answer stands.
+func (r *AgentRunReconciler) expire(ctx context.Context, preq *toolnexusv1alpha1.PendingRequest, now time.Time) (bool, error) {
+	expired := preq.DeepCopy()
+	expired.Status.Answer = &toolnexusv1alpha1.Answer{OK: false, Reason: tools.ReasonExpired}
+	expired.Status.AnsweredBy = toolnexusv1alpha1.ExpiredAnswerer
+	expired.Status.AnsweredAt = &metav1.Time{Time: now}
+	if _, err := patchStatus(ctx, r.Client, expired, preq); err != nil {
 		if apierrors.IsInvalid(err) {
-			// Someone answered in the meantime: their answer stands and arrives with the next event.
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("expiring PendingRequest %s: %w", preq.Name, err)
+		return false, fmt.Errorf("expiring PendingRequest %s: %w", preq.Name, err)
 	}
-	return nil
+	expired.DeepCopyInto(preq)
+	return true, nil
 }
 
 // announce creates the PendingRequest of every suspended call that has none yet and marks the
@@ -240,24 +245,38 @@ func (r *AgentRunReconciler) announce(ctx context.Context, s *scope) error {
 	return r.save(ctx, s)
 }
 
+// requestFate is where the saved state leaves a request.
+type requestFate int
+
+const (
+	// requestOpen: its call still waits on it.
+	requestOpen requestFate = iota
+	// requestDone: its call moved on (the answer was consumed, or the call was settled otherwise).
+	requestDone
+	// requestDropped: the run ended while its call still waited on it.
+	requestDropped
+)
+
 // syncRequests projects the saved state onto the run's requests: a request is open while the
 // call it was created for still waits on it; once the saved state holds its answer (or the turn
-// moved on, or the run ended) it is Resolved.
+// moved on) it is Resolved, and when the run ended first it is Resolved with reason RunGone.
 func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 	waiting := map[string]bool{}
-	if !s.rec.State.Ended() {
-		for _, c := range s.rec.State.Suspended() {
-			if c.Announced != nil {
-				waiting[c.Announced.Name+"/"+c.Announced.UID] = true
-			}
+	for _, c := range s.rec.State.Suspended() {
+		if c.Announced != nil {
+			waiting[c.Announced.Name+"/"+c.Announced.UID] = true
 		}
 	}
 	for name, preq := range s.requests {
-		if preq.ResourceVersion == "" {
-			continue // created this reconcile; its first status comes with the next event
+		fate := requestDone
+		if waiting[name+"/"+string(preq.UID)] {
+			fate = requestOpen
+			if s.rec.State.Ended() {
+				fate = requestDropped
+			}
 		}
 		before := preq.DeepCopy()
-		setRequestStatus(preq, waiting[name+"/"+string(preq.UID)])
+		setRequestStatus(preq, fate)
 		if _, err := patchStatus(ctx, r.Client, preq, before); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("updating PendingRequest %s status: %w", name, err)
 		}
@@ -265,14 +284,14 @@ func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// setRequestStatus derives a request's phase and its Answered and Resolved conditions; open says
-// whether its call still waits on it in the saved state.
-func setRequestStatus(preq *toolnexusv1alpha1.PendingRequest, open bool) {
-	cancelled := !open && preq.Status.Answer == nil
+// setRequestStatus derives a request's phase and its Answered and Resolved conditions from where
+// the saved state leaves it.
+func setRequestStatus(preq *toolnexusv1alpha1.PendingRequest, fate requestFate) {
+	cancelled := fate != requestOpen && preq.Status.Answer == nil
 	preq.Status.Phase = requestPhase(preq, cancelled)
 	preq.Status.ObservedGeneration = preq.Generation
 	setAnswered(preq, cancelled)
-	setResolved(preq, open, cancelled)
+	setResolved(preq, fate, cancelled)
 }
 
 // setAnswered is True once an answer is there, with a reason saying which.
@@ -293,12 +312,14 @@ func setAnswered(preq *toolnexusv1alpha1.PendingRequest, cancelled bool) {
 }
 
 // setResolved is True once the saved state no longer waits on the request.
-func setResolved(preq *toolnexusv1alpha1.PendingRequest, open, cancelled bool) {
+func setResolved(preq *toolnexusv1alpha1.PendingRequest, fate requestFate, cancelled bool) {
 	switch {
-	case open:
+	case fate == requestOpen:
 		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAnswerPending, "The run has not consumed an answer yet")
 	case cancelled:
 		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled")
+	case fate == requestDropped:
+		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended before it consumed the answer")
 	default:
 		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswerConsumed, "The run has consumed the answer")
 	}

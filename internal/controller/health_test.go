@@ -298,7 +298,11 @@ func TestHealthOfPendingRequest(t *testing.T) {
 				Status: toolnexusv1alpha1.PendingRequestStatus{Answer: tc.answer, AnsweredBy: tc.answeredBy},
 			}
 			if !tc.noStatus {
-				setRequestStatus(preq, tc.open)
+				fate := requestDone
+				if tc.open {
+					fate = requestOpen
+				}
+				setRequestStatus(preq, fate)
 			}
 			if diff := cmp.Diff(tc.want, runArgoHealth(t, script, asServed(t, preq))); diff != "" {
 				t.Errorf("Argo CD health (-want +got):\n%s\nphase: %s", diff, preq.Status.Phase)
