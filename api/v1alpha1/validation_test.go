@@ -19,7 +19,7 @@ import (
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
-// A valid AgentRun with every field of SPEC.md section 2 set.
+// A valid AgentRun with every field the README documents set.
 const fullRun = `
 apiVersion: toolnexus.dev/v1alpha1
 kind: AgentRun
@@ -177,7 +177,7 @@ var _ = Describe("AgentRun admission", func() {
 			"spec.ttlSecondsAfterFinished in body should be greater than or equal to 0"),
 	)
 
-	It("accepts the full SPEC example and a minimal run, with defaults filled in", func() {
+	It("accepts the full example and a minimal run, with defaults filled in", func() {
 		ns := newNamespace()
 		Expect(k8sClient.Create(ctx, object(fullRun, ns, nil))).To(Succeed())
 		minimal := object(minimalRun, ns, nil)

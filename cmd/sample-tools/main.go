@@ -1,5 +1,5 @@
 // Command sample-tools serves the tools the manifests in config/samples call. Each HTTP tool
-// speaks the suspension wire protocol of SPEC §4.1, so it doubles as a worked example for
+// speaks the suspension wire protocol of the README ("HTTP tools"), so it doubles as a worked example for
 // writing your own:
 //
 //	POST /approve_purchase  {item}    first call: a toolnexus ToolResult whose metadata.pending is an

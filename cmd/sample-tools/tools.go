@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// answerHeader carries the Answer on the retry after a suspension (SPEC §4.1).
+// answerHeader carries the Answer on the retry after a suspension (README, "HTTP tools").
 const answerHeader = "Toolnexus-Answer"
 
 // The wire shapes, spelled out so this file reads as the protocol's reference.

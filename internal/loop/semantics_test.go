@@ -74,7 +74,7 @@ func finishTurn(t *testing.T, c *Client, st *State, tk *tools.Toolkit, srv *loop
 
 const authURL = "https://accounts.example.com/authorize"
 
-// TestGateApprovalIsNotTheToolsSuspension (SPEC 5): after the gate's approval the tool runs for
+// TestGateApprovalIsNotTheToolsSuspension : after the gate's approval the tool runs for
 // the first time; when that run suspends on its own, the call waits on a new request of the tool's
 // own kind, and only a retry of that one can be unresolved.
 func TestGateApprovalIsNotTheToolsSuspension(t *testing.T) {

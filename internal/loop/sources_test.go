@@ -367,7 +367,7 @@ func TestSourceQuestionBuiltin(t *testing.T) {
 	}
 }
 
-// gatedDelete is the delete_user tool behind the approval gate of SPEC 4.4, wired as a BeforeTool
+// gatedDelete is the delete_user tool behind the approval gate (spec.approvals), wired as a BeforeTool
 // hook the way a controller wires it.
 type gatedDelete struct {
 	runs    atomic.Int32

@@ -148,7 +148,7 @@ func FuzzPendingOf(f *testing.F) {
 }
 
 // FuzzHTTPResponse maps arbitrary HTTP statuses and bodies to tool results the way the HTTP tool
-// does after reading a response (SPEC 4.1), with a small output cap so truncation is exercised.
+// does after reading a response (README, "HTTP tools"), with a small output cap so truncation is exercised.
 func FuzzHTTPResponse(f *testing.F) {
 	seeds := []struct {
 		status int

@@ -246,7 +246,7 @@ type figures struct {
 	repeatedTurns int
 }
 
-// verify checks the guarantees of SPEC §5 and §6 on finished runs: each ended Succeeded with the
+// verify checks the loop rule and the durability guarantees (README, docs/design.md) on finished runs: each ended Succeeded with the
 // model's final text; the model's last conversation holds exactly one result per call, and it is
 // the one the answer implies (so every answer was consumed exactly once: an approval ran the tool
 // with the answer, a decline never did); each suspended call has exactly one PendingRequest, and

@@ -1,4 +1,4 @@
-// Package trust_test checks the trust boundary of SPEC §6 against a real API server: the manager
+// Package trust_test checks the trust boundary (docs/security.md) against a real API server: the manager
 // runs as its ServiceAccount with the RBAC of config/rbac, the admission policies of
 // config/policies are installed, and people act as distinct authenticated users. A namespace
 // editor who is not an approver tries everything an editor can do to make a gated call run.

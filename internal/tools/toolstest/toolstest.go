@@ -1,5 +1,5 @@
 // Package toolstest is the project's one fake HTTP tool server, for tests and the benchmark. It
-// speaks the tool protocol of SPEC 4.1 over the fake HTTP server of package looptest (real HTTP
+// speaks the HTTP tool protocol (README, "HTTP tools") over the fake HTTP server of package looptest (real HTTP
 // on loopback): a call carries its arguments as a JSON body and an Idempotency-Key header, and
 // the retry after a suspension also carries Toolnexus-Answer, the Answer as JSON, base64url-encoded
 // without padding. The fake decodes each call into a Call and answers it with a Responder.
