@@ -77,6 +77,15 @@ func plainRun(ns, name, modelURL, toolURL string) *toolnexusv1alpha1.AgentRun {
 	}
 }
 
+// expectServing shows the manager still serves other runs: a run in another namespace finishes.
+func expectServing() {
+	GinkgoHelper()
+	model := looptest.New(GinkgoT(), looptest.OpenAIText("still here"))
+	run := plainRun(newNamespace(), "bystander", model.URL, "http://127.0.0.1:1/unused")
+	Expect(admin.Create(ctx, run)).To(Succeed())
+	Eventually(succeeded(run), eventually).Should(Equal("True/" + toolnexusv1alpha1.ReasonCompleted))
+}
+
 var _ = Describe("Hostile inputs", func() {
 	It("120 MB of compressible tool output ends the run TranscriptTooLarge; the manager holds little of it", func() {
 		ns := newNamespace()
@@ -100,6 +109,7 @@ var _ = Describe("Hostile inputs", func() {
 		// Measured: peak heap in use 97-102 MiB for the whole test process.
 		Expect(peak()).To(BeNumerically("<", maxHeap))
 		Expect(model.Requests()).To(HaveLen(1), "the run stopped instead of sending it all to the model")
+		expectServing()
 	})
 
 	It("a gzip bomb in the record ends the run TranscriptCorrupt without inflating it", func() {
@@ -128,5 +138,6 @@ var _ = Describe("Hostile inputs", func() {
 		// garbage of the previous specs included.
 		Expect(peak()).To(BeNumerically("<", maxHeap))
 		Expect(ts.Calls()).To(BeEmpty(), "nothing runs from a damaged record")
+		expectServing()
 	})
 })
