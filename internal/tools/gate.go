@@ -201,9 +201,11 @@ const (
 	// promptValueLimit bounds a string a function builds. It is a rune more than the output
 	// bound, so a value cut to it still overflows the output, and the cut shows as the note.
 	promptValueLimit = promptOutputLimit + utf8.UTFMax
-	// promptRenderTimeout bounds one render. A prompt renders in microseconds; only a template
-	// that loops (range over a large number, nested ranges, recursive templates) comes near it.
-	promptRenderTimeout = 100 * time.Millisecond
+	// promptRenderTimeout bounds one render. A prompt renders in microseconds, and a heavy one
+	// (a MiB argument printed many times) in tens of milliseconds on an idle machine; the bound
+	// leaves room for a busy one. Only a template that loops (range over a large number, nested
+	// ranges, recursive templates) reaches it. It runs on the executor, never a reconcile worker.
+	promptRenderTimeout = time.Second
 	// maxPrintfWidth bounds a printf width or precision: fmt pads in memory, before any byte
 	// reaches the bounded output.
 	maxPrintfWidth = 256
