@@ -83,7 +83,7 @@ fuzz: ## Run every fuzz target for FUZZTIME (new crashers land in testdata/fuzz)
 
 BENCH_FLAGS ?=
 .PHONY: bench
-bench: manifests generate ## Benchmarks: resume latency, throughput, parked scale; figures into docs/benchmarks.md. BENCH_FLAGS="-parked=500 -idle=10s" for a quick pass.
+bench: manifests generate ## Benchmarks: resume latency, throughput, parked scale, slow models, fairness, 5,000 active runs; figures into docs/benchmarks.md. BENCH_FLAGS="-parked=500 -idle=10s -slow-runs=96 -scale=500" for a quick pass.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/bench -doc=docs/benchmarks.md $(BENCH_FLAGS)
 	go test ./internal/controller -run '^$$' -bench 'SaveRecord' -benchmem
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolnexus/operator/internal/loop/looptest"
@@ -15,18 +17,80 @@ import (
 	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
-// The fakes answer at once: every figure the harness prints is the operator's (or the loop's) own
-// cost, not a model's or a tool's.
+// The zero-latency fakes answer at once: every figure measured against them is the operator's (or
+// the loop's) own cost, not a model's or a tool's. The slow and hung models of the slow, fairness
+// and scale scenarios are separate servers on their own loopback ports, so one endpoint's latency
+// never touches another's.
 
-// modelServer is a zero-latency OpenAI-compatible chat-completions endpoint whose reply depends on
-// the conversation only, so every run shares it (see answerTurn).
+// hangFor is the delay of a model that accepts a request and never answers it: longer than any
+// bench, so the request is held until the manager aborts it (the run deleted, its timeout) or the
+// server closes.
+const hangFor = 24 * time.Hour
+
+// modelServer is an OpenAI-compatible chat-completions endpoint whose reply depends on the
+// conversation only (see answerTurn), so every run shares it; it answers after its delay. It counts
+// the requests it holds and the connections it accepted.
 type modelServer struct {
-	URL string
+	URL   string
+	delay time.Duration
+	srv   *http.Server
+
+	held     atomic.Int64 // requests received and not answered yet
+	requests atomic.Int64
+	conns    atomic.Int64
 }
 
-func newModelServer() (*modelServer, error) {
-	url, err := serve(looptest.Handler(answerTurn))
-	return &modelServer{URL: url}, err
+func newModelServer(delay time.Duration) (*modelServer, error) {
+	m := &modelServer{delay: delay}
+	respond := looptest.Handler(func(r looptest.Request) looptest.Reply {
+		reply := answerTurn(r)
+		reply.Delay = delay
+		return reply
+	})
+	m.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			m.requests.Add(1)
+			m.held.Add(1)
+			defer m.held.Add(-1)
+			respond.ServeHTTP(w, r)
+		}),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				m.conns.Add(1)
+			}
+		},
+	}
+	var err error
+	m.URL, err = serve(m.srv)
+	return m, err
+}
+
+// close drops the server and every request it holds.
+func (m *modelServer) close() { _ = m.srv.Close() }
+
+// awaitHeld waits until the server holds at least n requests.
+func (m *modelServer) awaitHeld(ctx context.Context, n int64, timeout time.Duration) error {
+	return m.await(ctx, timeout, fmt.Sprintf("at least %d", n), func(held int64) bool { return held >= n })
+}
+
+// awaitReleased waits until the server holds no request: the manager aborted them all.
+func (m *modelServer) awaitReleased(ctx context.Context, timeout time.Duration) error {
+	return m.await(ctx, timeout, "none", func(held int64) bool { return held == 0 })
+}
+
+func (m *modelServer) await(ctx context.Context, timeout time.Duration, want string, done func(held int64) bool) error {
+	deadline := time.Now().Add(timeout)
+	for !done(m.held.Load()) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the model at %s holds %d requests after %s, want %s", m.URL, m.held.Load(), timeout, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 var (
@@ -73,8 +137,8 @@ type toolServer struct {
 
 func newToolServer() (*toolServer, error) {
 	t := &toolServer{waiters: map[string]chan time.Time{}, arrived: map[string]time.Time{}}
-	url, err := serve(toolstest.Handler(t.respond))
-	t.URL = url
+	var err error
+	t.URL, err = serve(&http.Server{Handler: toolstest.Handler(t.respond)})
 	return t, err
 }
 
@@ -128,12 +192,13 @@ func (t *toolServer) lastArrival(runs []string) (time.Time, int) {
 	return last, n
 }
 
-func serve(h http.Handler) (string, error) {
+// serve runs srv on a new loopback port and returns its base URL.
+func serve(srv *http.Server) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv.ReadHeaderTimeout = 10 * time.Second
 	go func() { _ = srv.Serve(ln) }()
 	return "http://" + ln.Addr().String(), nil
 }

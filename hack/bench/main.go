@@ -1,10 +1,12 @@
-// Command bench measures the operator against its targets (project issue 9): resume latency, turn
-// throughput and API writes per turn, the same workload through internal/loop in process as the
-// baseline, and the cost of thousands of parked runs. It starts a local control plane (envtest),
-// builds and runs the manager as a subprocess, drives it with zero-latency model and tool
-// servers, and prints a table; with -doc it also writes the figures into docs/benchmarks.md.
+// Command bench measures the operator against its targets (project issues 9 and 15): resume
+// latency, turn throughput and API writes per turn, the same workload through internal/loop in
+// process as the baseline, the cost of thousands of parked runs; and, with models that take their
+// time, wall time against the ideal, fairness between namespaces beside slow and hung endpoints,
+// and thousands of active runs. It starts a local control plane (envtest), builds and runs the
+// manager as a subprocess, drives it with model and tool servers on loopback, and prints a table;
+// with -doc it also writes the figures into docs/benchmarks.md.
 //
-//	go run ./hack/bench -scenarios=resume,throughput,parked -parked=5000
+//	go run ./hack/bench -scenarios=resume,throughput,parked,slow,fairness,scale
 package main
 
 import (
@@ -14,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
@@ -40,9 +45,27 @@ type config struct {
 	profileSecs  int
 	heapProfile  string
 	apiProfile   string
-	doc          string
-	managerArgs  []string
-	keep         bool
+	// profileDuring names the workload the CPU profiles cover: throughput, slow-<runs> or scale.
+	profileDuring string
+	doc           string
+	managerArgs   []string
+	keep          bool
+	// maxInflight and perNamespace are the manager's executor bounds (its defaults, or what
+	// -manager-args sets).
+	maxInflight, perNamespace int
+
+	slowRuns           []int
+	slowTurns          int
+	slowDelay          time.Duration
+	fairSlow, fairHung int
+	fairDelay          time.Duration
+	fairSamples        int
+	fairGap            time.Duration
+	scaleRuns          int
+	scaleTurns         int
+	scaleNamespaces    int
+	scaleDelay         time.Duration
+	scaleTimeout       time.Duration
 }
 
 // harness is what every scenario shares.
@@ -58,8 +81,9 @@ type harness struct {
 
 func main() {
 	var c config
-	var scenarios, managerArgs string
-	flag.StringVar(&scenarios, "scenarios", "resume,throughput,parked", "Comma-separated scenarios: resume, throughput (with its in-process baseline), parked.")
+	var scenarios, managerArgs, slowRuns string
+	flag.StringVar(&scenarios, "scenarios", "resume,throughput,parked,slow,fairness,scale",
+		"Comma-separated scenarios: resume, throughput (with its in-process baseline), parked, slow, fairness, scale.")
 	flag.IntVar(&c.workers, "max-concurrent-reconciles", 8, "The manager's --max-concurrent-reconciles.")
 	flag.IntVar(&c.resumeN, "resume", 200, "Answers measured for resume latency (one run each, answered one at a time).")
 	flag.DurationVar(&c.resumeGap, "resume-gap", 20*time.Millisecond, "Pause after a resumed run completes before the next answer.")
@@ -69,13 +93,27 @@ func main() {
 	flag.IntVar(&c.parked, "parked", 5000, "Runs parked on one PendingRequest each.")
 	flag.DurationVar(&c.idle, "idle", 60*time.Second, "How long the parked manager's CPU is measured.")
 	flag.DurationVar(&c.settle, "settle", 10*time.Second, "Quiet time after the runs parked, before measuring.")
-	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "Write a CPU profile of the manager during the throughput workload here.")
-	flag.IntVar(&c.profileSecs, "profile-seconds", 20, "Length of the -cpuprofile; throughput rounds repeat (uncounted) until it is done.")
-	flag.StringVar(&c.apiProfile, "apiserver-cpuprofile", "", "Write a CPU profile of the kube-apiserver during the throughput workload here (as long as -cpuprofile).")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "Write a CPU profile of the manager during the -profile-during workload here.")
+	flag.IntVar(&c.profileSecs, "profile-seconds", 20, "Length of the CPU profiles; throughput rounds repeat (uncounted) until they are done.")
+	flag.StringVar(&c.apiProfile, "apiserver-cpuprofile", "", "Write a CPU profile of the kube-apiserver during the -profile-during workload here (-profile-seconds long).")
+	flag.StringVar(&c.profileDuring, "profile-during", "throughput", "The workload -cpuprofile and -apiserver-cpuprofile cover: throughput, slow-<runs> (e.g. slow-1000) or scale; they start with its first create.")
 	flag.StringVar(&c.heapProfile, "heapprofile", "", "Write a heap profile of the manager with the runs parked here.")
 	flag.StringVar(&c.doc, "doc", "", "Write the figures into this Markdown file (between the bench markers), e.g. docs/benchmarks.md.")
 	flag.StringVar(&managerArgs, "manager-args", "", "Extra flags for the manager, space-separated.")
 	flag.BoolVar(&c.keep, "keep", false, "Keep the temporary directory (manager log, kubeconfig).")
+	flag.StringVar(&slowRuns, "slow-runs", "96,1000", "slow: comma-separated run counts, each measured in turn, spread over as many namespaces as the per-namespace bound needs.")
+	flag.IntVar(&c.slowTurns, "slow-turns", 3, "slow: model turns per run.")
+	flag.DurationVar(&c.slowDelay, "slow-delay", time.Second, "slow: how long the slow model takes to answer.")
+	flag.IntVar(&c.fairSlow, "fairness-slow", 48, "fairness: runs on the slow model in their own namespace.")
+	flag.DurationVar(&c.fairDelay, "fairness-delay", 5*time.Second, "fairness: how long the slow model takes to answer.")
+	flag.IntVar(&c.fairHung, "fairness-hung", 16, "fairness: runs whose model never answers, in their own namespace.")
+	flag.IntVar(&c.fairSamples, "fairness-samples", 9, "fairness: fast runs measured alone, beside the slow runs and beside the hung ones (one at a time).")
+	flag.DurationVar(&c.fairGap, "fairness-gap", time.Second, "fairness: pause between two fast runs, so they sample the slow runs' whole life.")
+	flag.IntVar(&c.scaleRuns, "scale", 5000, "scale: active runs on the slow model.")
+	flag.IntVar(&c.scaleTurns, "scale-turns", 3, "scale: model turns per run.")
+	flag.IntVar(&c.scaleNamespaces, "scale-namespaces", 20, "scale: namespaces the runs are spread over.")
+	flag.DurationVar(&c.scaleDelay, "scale-delay", time.Second, "scale: how long the model takes to answer.")
+	flag.DurationVar(&c.scaleTimeout, "scale-timeout", 15*time.Minute, "scale: the longest the runs may take; what is done by then is reported.")
 	flag.Parse()
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(scenarios, ",") {
@@ -84,6 +122,23 @@ func main() {
 		}
 	}
 	c.managerArgs = strings.Fields(managerArgs)
+	for s := range c.scenarios {
+		if !slices.Contains(scenarioNames, s) {
+			fmt.Fprintf(os.Stderr, "bench: -scenarios: no scenario %q\n", s)
+			os.Exit(2)
+		}
+	}
+	for _, f := range strings.Split(slowRuns, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			n, err := strconv.Atoi(f)
+			if err != nil || n <= 0 {
+				fmt.Fprintf(os.Stderr, "bench: -slow-runs: %q is not a positive count\n", f)
+				os.Exit(2)
+			}
+			c.slowRuns = append(c.slowRuns, n)
+		}
+	}
+	c.maxInflight, c.perNamespace = inflightBounds(c.managerArgs)
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -149,14 +204,14 @@ func run(c config) error {
 		return err
 	}
 	h := &harness{cfg: c, rest: hcfg, c: wc, results: newResults(c)}
-	if h.model, err = newModelServer(); err != nil {
+	if h.model, err = newModelServer(0); err != nil {
 		return err
 	}
 	if h.tools, err = newToolServer(); err != nil {
 		return err
 	}
 
-	logf("starting the manager (--max-concurrent-reconciles=%d %s)", c.workers, strings.Join(c.managerArgs, " "))
+	logf("starting the manager (--max-concurrent-reconciles=%d %s; executor bounds %d total, %d per namespace)", c.workers, strings.Join(c.managerArgs, " "), c.maxInflight, c.perNamespace)
 	h.mgr, err = startManager(ctx, bin, kubeconfig, dir, c.workers, c.managerArgs)
 	if err != nil {
 		return err
@@ -167,19 +222,12 @@ func run(c config) error {
 	}
 	h.results.load = loadAverage()
 
-	if c.scenarios["resume"] {
-		if err := h.resume(ctx); err != nil {
-			return fmt.Errorf("resume: %w", err)
+	for _, name := range scenarioNames {
+		if !c.scenarios[name] {
+			continue
 		}
-	}
-	if c.scenarios["throughput"] {
-		if err := h.throughput(ctx); err != nil {
-			return fmt.Errorf("throughput: %w", err)
-		}
-	}
-	if c.scenarios["parked"] {
-		if err := h.parkedScale(ctx); err != nil {
-			return fmt.Errorf("parked: %w", err)
+		if err := h.scenario(name)(ctx); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	h.results.managerErrors = h.mgr.errorLines()
@@ -191,6 +239,47 @@ func run(c config) error {
 			return err
 		}
 		logf("wrote %s", c.doc)
+	}
+	return nil
+}
+
+// scenarioNames are what -scenarios selects from, in the order they run.
+var scenarioNames = []string{"resume", "throughput", "parked", "slow", "fairness", "scale"}
+
+func (h *harness) scenario(name string) func(context.Context) error {
+	return map[string]func(context.Context) error{"resume": h.resume, "throughput": h.throughput,
+		"parked": h.parkedScale, "slow": h.slowModel, "fairness": h.fairness, "scale": h.scale}[name]
+}
+
+// inflightBounds are the manager's --max-inflight and --max-inflight-per-namespace: its defaults,
+// or what args set (in the --flag=value form).
+func inflightBounds(args []string) (total, perNamespace int) {
+	total, perNamespace = executor.DefaultMaxInflight, executor.DefaultPerShare
+	for _, a := range args {
+		name, value, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		n, err := strconv.Atoi(value)
+		if !ok || err != nil {
+			continue
+		}
+		switch name {
+		case "max-inflight":
+			total = n
+		case "max-inflight-per-namespace":
+			perNamespace = n
+		}
+	}
+	return total, min(perNamespace, total)
+}
+
+// cleanup deletes what the runs of namespaces left (runs, requests, records), so that one
+// scenario's objects do not weigh on the next (envtest runs no garbage collector).
+func (h *harness) cleanup(ctx context.Context, namespaces ...string) error {
+	for _, ns := range namespaces {
+		for _, obj := range []client.Object{&toolnexusv1alpha1.AgentRun{}, &toolnexusv1alpha1.PendingRequest{}, &toolnexusv1alpha1.AgentRunRecord{}} {
+			if err := h.c.DeleteAllOf(ctx, obj, client.InNamespace(ns)); err != nil {
+				return fmt.Errorf("cleaning up %s: %w", ns, err)
+			}
+		}
 	}
 	return nil
 }

@@ -37,20 +37,47 @@ func (h *harness) namespace(ctx context.Context, name string) (string, error) {
 	return ns.Name, nil
 }
 
-func (h *harness) newRun(ns, name string, turns int, tool string) *toolnexusv1alpha1.AgentRun {
-	return &toolnexusv1alpha1.AgentRun{
+// benchLabel marks the runs of one scenario phase, so a tracker follows them across namespaces.
+const benchLabel = "bench.toolnexus.dev/phase"
+
+// runShape is what the runs of a workload look like.
+type runShape struct {
+	model *modelServer
+	// turns is the model turns of a run: turns-1 tool calls, then a final text.
+	turns int
+	tool  string
+	// timeout is the run's model.requestTimeout; zero leaves the default.
+	timeout time.Duration
+	// phase, when set, is the run's benchLabel.
+	phase string
+}
+
+func (h *harness) newRun(ns, name string, s runShape) *toolnexusv1alpha1.AgentRun {
+	run := &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: toolnexusv1alpha1.AgentRunSpec{
-			Model:    toolnexusv1alpha1.ModelSpec{Name: "bench", BaseURL: h.model.URL},
-			Prompt:   "turns=" + strconv.Itoa(turns),
-			MaxTurns: int32(turns + 1),
+			Model:    toolnexusv1alpha1.ModelSpec{Name: "bench", BaseURL: s.model.URL},
+			Prompt:   "turns=" + strconv.Itoa(s.turns),
+			MaxTurns: int32(s.turns + 1),
 			Tools: []toolnexusv1alpha1.ToolSpec{{
-				Name: tool, Description: "benchmark tool",
+				Name: s.tool, Description: "benchmark tool",
 				Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object","properties":{"k":{"type":"integer"}}}`)},
-				HTTP:       &toolnexusv1alpha1.HTTPToolSpec{URL: h.tools.URL + "/" + tool},
+				HTTP:       &toolnexusv1alpha1.HTTPToolSpec{URL: h.tools.URL + "/" + s.tool},
 			}},
 		},
 	}
+	if s.timeout > 0 {
+		run.Spec.Model.RequestTimeout = &metav1.Duration{Duration: s.timeout}
+	}
+	if s.phase != "" {
+		run.Labels = map[string]string{benchLabel: s.phase}
+	}
+	return run
+}
+
+// shape is a run of turns on the zero-latency model.
+func (h *harness) shape(turns int, tool string) runShape {
+	return runShape{model: h.model, turns: turns, tool: tool}
 }
 
 // parallel runs f(0..n-1) on workers goroutines and returns the first error.
@@ -81,11 +108,16 @@ func parallel(ctx context.Context, n, workers int, f func(i int) error) error {
 }
 
 // createRuns creates n runs named <prefix>-<i> and returns their names.
-func (h *harness) createRuns(ctx context.Context, ns, prefix string, n, workers, turns int, tool string) ([]string, error) {
+func (h *harness) createRuns(ctx context.Context, ns, prefix string, n, workers int, s runShape) ([]string, error) {
+	return h.createSpread(ctx, []string{ns}, prefix, n, workers, s)
+}
+
+// createSpread creates n runs named <prefix>-<i>, run i in namespaces[i mod len(namespaces)].
+func (h *harness) createSpread(ctx context.Context, namespaces []string, prefix string, n, workers int, s runShape) ([]string, error) {
 	names := make([]string, n)
 	err := parallel(ctx, n, workers, func(i int) error {
 		names[i] = fmt.Sprintf("%s-%05d", prefix, i)
-		return h.c.Create(ctx, h.newRun(ns, names[i], turns, tool))
+		return h.c.Create(ctx, h.newRun(namespaces[i%len(namespaces)], names[i], s))
 	})
 	return names, err
 }
@@ -97,14 +129,14 @@ func (h *harness) warmUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tr, err := track(ctx, h.c, ns)
+	tr, err := track(ctx, h.c, client.InNamespace(ns))
 	if err != nil {
 		return err
 	}
-	if _, err := h.createRuns(ctx, ns, "work", 4, 4, 3, toolWork); err != nil {
+	if _, err := h.createRuns(ctx, ns, "work", 4, 4, h.shape(3, toolWork)); err != nil {
 		return err
 	}
-	if _, err := h.createRuns(ctx, ns, "gate", 4, 4, 2, toolGate); err != nil {
+	if _, err := h.createRuns(ctx, ns, "gate", 4, 4, h.shape(2, toolGate)); err != nil {
 		return err
 	}
 	if err := tr.waitFor(ctx, time.Minute, 8, toolnexusv1alpha1.RunPhaseSucceeded, toolnexusv1alpha1.RunPhaseSuspended); err != nil {
@@ -136,12 +168,13 @@ func (h *harness) resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tr, err := track(ctx, h.c, ns)
+	defer h.cleanupLogged(ctx, ns)
+	tr, err := track(ctx, h.c, client.InNamespace(ns))
 	if err != nil {
 		return err
 	}
 	logf("resume: parking %d runs", n)
-	names, err := h.createRuns(ctx, ns, "resume", n, 16, 2, toolGate)
+	names, err := h.createRuns(ctx, ns, "resume", n, 16, h.shape(2, toolGate))
 	if err != nil {
 		return err
 	}
@@ -291,13 +324,17 @@ func (h *harness) resumeInProcess(ctx context.Context, n int) ([]time.Duration, 
 	return lat, nil
 }
 
-// throughput runs rounds of runs×turns through the operator, counting the API requests the
-// manager makes, then the same workload through the in-process loop.
-func (h *harness) throughput(ctx context.Context) error {
-	var profDone chan error
+// startProfiles starts the CPU profiles of the manager and the kube-apiserver when workload is the
+// one -profile-during names. The channel, nil when there is no manager profile, receives the end
+// of the manager's.
+func (h *harness) startProfiles(ctx context.Context, workload string) chan error {
+	if h.cfg.profileDuring != workload {
+		return nil
+	}
+	var done chan error
 	if h.cfg.cpuProfile != "" {
-		profDone = make(chan error, 1)
-		go func() { profDone <- h.mgr.profile(ctx, "profile", h.cfg.profileSecs, h.cfg.cpuProfile) }()
+		done = make(chan error, 1)
+		go func() { done <- h.mgr.profile(ctx, "profile", h.cfg.profileSecs, h.cfg.cpuProfile) }()
 	}
 	if h.cfg.apiProfile != "" {
 		go func() {
@@ -306,6 +343,13 @@ func (h *harness) throughput(ctx context.Context) error {
 			}
 		}()
 	}
+	return done
+}
+
+// throughput runs rounds of runs×turns through the operator, counting the API requests the
+// manager makes, then the same workload through the in-process loop.
+func (h *harness) throughput(ctx context.Context) error {
+	profDone := h.startProfiles(ctx, "throughput")
 	for round := 0; ; round++ {
 		counted := round < h.cfg.rounds
 		if !counted {
@@ -323,7 +367,7 @@ func (h *harness) throughput(ctx context.Context) error {
 			default:
 			}
 		}
-		r, err := h.throughputRound(ctx, round)
+		r, err := h.throughputRound(ctx, round, h.cfg.turns)
 		if err != nil {
 			return err
 		}
@@ -335,6 +379,14 @@ func (h *harness) throughput(ctx context.Context) error {
 			h.results.throughput = append(h.results.throughput, r)
 		}
 	}
+	// The same runs with twice the turns: the difference in writes is what a turn costs, apart from
+	// what a run costs once (its start and end).
+	long, err := h.throughputRound(ctx, h.cfg.rounds+1, 2*h.cfg.turns)
+	if err != nil {
+		return err
+	}
+	logf("throughput: round of %d-turn runs: %d turns, %.2f writes/turn", 2*h.cfg.turns, long.turns, long.writesPerTurn())
+	h.results.throughputLong = long
 	for round := range h.cfg.rounds {
 		r, err := h.throughputInProcess(ctx, round)
 		if err != nil {
@@ -366,13 +418,14 @@ func (r tpRound) cpuPerTurn() float64     { return perTurnMS(r.cpu, r.turns) }
 func (r tpRound) apiCPUPerTurn() float64  { return perTurnMS(r.apiCPU, r.turns) }
 func (r tpRound) etcdCPUPerTurn() float64 { return perTurnMS(r.etcdCPU, r.turns) }
 
-func (h *harness) throughputRound(ctx context.Context, round int) (tpRound, error) {
+func (h *harness) throughputRound(ctx context.Context, round, turns int) (tpRound, error) {
 	n := h.cfg.runs
 	ns, err := h.namespace(ctx, fmt.Sprintf("bench-tp%d", round))
 	if err != nil {
 		return tpRound{}, err
 	}
-	tr, err := track(ctx, h.c, ns)
+	defer h.cleanupLogged(ctx, ns)
+	tr, err := track(ctx, h.c, client.InNamespace(ns))
 	if err != nil {
 		return tpRound{}, err
 	}
@@ -383,7 +436,7 @@ func (h *harness) throughputRound(ctx context.Context, round int) (tpRound, erro
 	cp := controlPlanePIDs()
 	cp0 := cpuOf(cp)
 	cpu0, t0 := h.mgr.cpu(), time.Now()
-	if _, err := h.createRuns(ctx, ns, "tp", n, n, h.cfg.turns, toolWork); err != nil {
+	if _, err := h.createRuns(ctx, ns, "tp", n, n, h.shape(turns, toolWork)); err != nil {
 		return tpRound{}, err
 	}
 	if err := tr.waitFor(ctx, 5*time.Minute, n, toolnexusv1alpha1.RunPhaseSucceeded, toolnexusv1alpha1.RunPhaseFailed,
@@ -405,26 +458,27 @@ func (h *harness) throughputRound(ctx context.Context, round int) (tpRound, erro
 	}
 	d := delta(before, after)
 	delete(d, "POST agentruns") // the harness's own creates
-	turns := 0
-	for _, s := range tr.snapshot() {
-		turns += int(s.Turns)
-	}
-	return tpRound{turns: turns, elapsed: elapsed, requests: d, cpu: cpu, apiCPU: cpAPI, etcdCPU: cpEtcd}, nil
+	return tpRound{turns: tr.turnsTaken(), elapsed: elapsed, requests: d, cpu: cpu, apiCPU: cpAPI, etcdCPU: cpEtcd}, nil
 }
 
 func (h *harness) throughputInProcess(ctx context.Context, round int) (tpRound, error) {
+	return h.runInProcess(ctx, h.model, h.cfg.runs, h.cfg.turns, fmt.Sprintf("inproc-tp%d", round))
+}
+
+// runInProcess runs n runs of turns at once through loop.Client.Run against model, as the
+// baseline of a workload the operator ran.
+func (h *harness) runInProcess(ctx context.Context, model *modelServer, n, turns int, key string) (tpRound, error) {
 	hc := benchHTTPClient()
 	tk, err := h.toolkit(hc, toolWork)
 	if err != nil {
 		return tpRound{}, err
 	}
-	n := h.cfg.runs
-	var turns atomic.Int64
+	var taken atomic.Int64
 	t0 := time.Now()
 	err = parallel(ctx, n, n, func(i int) error {
 		c, err := loop.New(loop.Options{
-			BaseURL: h.model.URL, Model: "bench", MaxTurns: h.cfg.turns + 1, HTTPClient: hc,
-			IdempotencyPrefix: fmt.Sprintf("inproc-tp%d-%d", round, i),
+			BaseURL: model.URL, Model: "bench", MaxTurns: turns + 1, HTTPClient: hc,
+			IdempotencyPrefix: fmt.Sprintf("%s-%d", key, i),
 			WaitFor: func(context.Context, tools.Request) (tools.Answer, error) {
 				return tools.Answer{OK: true}, nil
 			},
@@ -432,14 +486,14 @@ func (h *harness) throughputInProcess(ctx context.Context, round int) (tpRound, 
 		if err != nil {
 			return err
 		}
-		res, err := c.Run(ctx, "turns="+strconv.Itoa(h.cfg.turns), tk)
+		res, err := c.Run(ctx, "turns="+strconv.Itoa(turns), tk)
 		if err == nil && res.Status != loop.StatusDone {
 			err = fmt.Errorf("in-process run ended %q", res.Status)
 		}
-		turns.Add(int64(res.Turns))
+		taken.Add(int64(res.Turns))
 		return err
 	})
-	return tpRound{turns: int(turns.Load()), elapsed: time.Since(t0)}, err
+	return tpRound{turns: int(taken.Load()), elapsed: time.Since(t0)}, err
 }
 
 // parkedScale parks many runs, measures the idle manager, then answers them all.
@@ -452,13 +506,14 @@ func (h *harness) parkedScale(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tr, err := track(ctx, h.c, ns)
+	defer h.cleanupLogged(ctx, ns)
+	tr, err := track(ctx, h.c, client.InNamespace(ns))
 	if err != nil {
 		return err
 	}
 	logf("parked: creating %d runs", n)
 	t0 := time.Now()
-	names, err := h.createRuns(ctx, ns, "parked", n, 32, 2, toolGate)
+	names, err := h.createRuns(ctx, ns, "parked", n, 32, h.shape(2, toolGate))
 	if err != nil {
 		return err
 	}

@@ -21,26 +21,32 @@ type runState struct {
 	Pending string // the first open PendingRequest
 }
 
-// tracker follows the AgentRuns of a namespace through a watch, without polling the API server.
+// tracker follows AgentRuns (those of a namespace, or those with a label in every namespace)
+// through a watch, without polling the API server. Runs are known by name: a scenario that spans
+// namespaces names its runs uniquely.
 type tracker struct {
 	mu      sync.Mutex
 	runs    map[string]runState
 	phases  map[toolnexusv1alpha1.RunPhase]int
+	turns   int // Σ status.turns
 	changed chan struct{}
 }
 
-func track(ctx context.Context, wc client.WithWatch, ns string) (*tracker, error) {
+func track(ctx context.Context, wc client.WithWatch, opts ...client.ListOption) (*tracker, error) {
 	t := &tracker{runs: map[string]runState{}, phases: map[toolnexusv1alpha1.RunPhase]int{}, changed: make(chan struct{})}
 	var list toolnexusv1alpha1.AgentRunList
-	if err := wc.List(ctx, &list, client.InNamespace(ns)); err != nil {
+	if err := wc.List(ctx, &list, opts...); err != nil {
 		return nil, err
 	}
 	for i := range list.Items {
 		t.update(&list.Items[i], false)
 	}
 	rv := list.ResourceVersion
-	w, err := wc.Watch(ctx, &toolnexusv1alpha1.AgentRunList{}, client.InNamespace(ns),
-		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+	watchFrom := func() (watch.Interface, error) {
+		return wc.Watch(ctx, &toolnexusv1alpha1.AgentRunList{},
+			append(opts[:len(opts):len(opts)], &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})...)
+	}
+	w, err := watchFrom()
 	if err != nil {
 		return nil, err
 	}
@@ -59,8 +65,7 @@ func track(ctx context.Context, wc client.WithWatch, ns string) (*tracker, error
 			}
 			// The watch ended (timeout): resume from the last version seen.
 			for {
-				w, err = wc.Watch(ctx, &toolnexusv1alpha1.AgentRunList{}, client.InNamespace(ns),
-					&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+				w, err = watchFrom()
 				if err == nil || ctx.Err() != nil {
 					break
 				}
@@ -79,6 +84,7 @@ func (t *tracker) update(run *toolnexusv1alpha1.AgentRun, deleted bool) {
 	defer t.mu.Unlock()
 	if old, ok := t.runs[run.Name]; ok {
 		t.phases[old.Phase]--
+		t.turns -= int(old.Turns)
 	}
 	if deleted {
 		delete(t.runs, run.Name)
@@ -89,6 +95,7 @@ func (t *tracker) update(run *toolnexusv1alpha1.AgentRun, deleted bool) {
 		}
 		t.runs[run.Name] = s
 		t.phases[s.Phase]++
+		t.turns += int(s.Turns)
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})
@@ -103,6 +110,13 @@ func (t *tracker) count(phases ...toolnexusv1alpha1.RunPhase) int {
 		n += t.phases[p]
 	}
 	return n
+}
+
+// turnsTaken is Σ status.turns of the runs followed.
+func (t *tracker) turnsTaken() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.turns
 }
 
 func (t *tracker) snapshot() map[string]runState {
