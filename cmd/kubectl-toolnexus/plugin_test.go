@@ -60,11 +60,10 @@ func stored(preq *toolnexusv1alpha1.PendingRequest) *toolnexusv1alpha1.PendingRe
 func newRun(ns string, status toolnexusv1alpha1.AgentRunStatus) *toolnexusv1alpha1.AgentRun {
 	run := &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: "buy-gpu", Namespace: ns},
-		Spec: toolnexusv1alpha1.AgentRunSpec{
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "buy a gpu", AgentSpec: toolnexusv1alpha1.AgentSpec{
 			Model:        toolnexusv1alpha1.ModelSpec{Name: "gpt-4o-mini"},
 			SystemPrompt: "You are a purchasing assistant.",
-			Prompt:       "buy a gpu",
-		},
+		}},
 	}
 	ExpectWithOffset(1, admin.Create(ctx, run)).To(Succeed())
 	setRunStatus(run, status)
