@@ -23,8 +23,8 @@ const (
 
 // AgentStatus says whether the agent can run.
 type AgentStatus struct {
-	// conditions: Ready (False with a reason when the agent cannot run) and, for kstatus, Stalled
-	// with the same reason when Ready is False.
+	// conditions are Ready (False with a reason when the agent cannot run) and, for kstatus,
+	// Stalled with the same reason when Ready is False.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
