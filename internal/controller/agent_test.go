@@ -46,7 +46,7 @@ var _ = Describe("AgentRun of an Agent", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
 
-	It("runs the Agent: suspends, is answered, finishes, and names the Agent and generation it used", func() {
+	It("runs the Agent: suspends, is answered, finishes, and names the Agent and generation it used, even once the Agent is deleted", func() {
 		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, "ordered" })
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "purchase", Arguments: `{"item":"gpu"}`}),
@@ -61,6 +61,7 @@ var _ = Describe("AgentRun of an Agent", func() {
 		p := waitSuspended(run, 1)[0]
 		Expect(p.Spec.Request.Kind).To(Equal(tools.KindApproval))
 		Expect(getRun(run).Status.Agent).To(Equal(&toolnexusv1alpha1.AgentSnapshotReference{Name: "purchasing", Generation: agent.Generation}))
+		Expect(k8sClient.Delete(ctx, agent)).To(Succeed())
 		answer(&p, `{"ok":true}`)
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
 		Expect(getRun(run).Status.Text).To(Equal("bought a gpu"))
