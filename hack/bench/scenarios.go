@@ -40,16 +40,15 @@ func (h *harness) namespace(ctx context.Context, name string) (string, error) {
 func (h *harness) newRun(ns, name string, turns int, tool string) *toolnexusv1alpha1.AgentRun {
 	return &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: toolnexusv1alpha1.AgentRunSpec{
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "turns=" + strconv.Itoa(turns), AgentSpec: toolnexusv1alpha1.AgentSpec{
 			Model:    toolnexusv1alpha1.ModelSpec{Name: "bench", BaseURL: h.model.URL},
-			Prompt:   "turns=" + strconv.Itoa(turns),
 			MaxTurns: int32(turns + 1),
 			Tools: []toolnexusv1alpha1.ToolSpec{{
 				Name: tool, Description: "benchmark tool",
 				Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object","properties":{"k":{"type":"integer"}}}`)},
 				HTTP:       &toolnexusv1alpha1.HTTPToolSpec{URL: h.tools.URL + "/" + tool},
 			}},
-		},
+		}},
 	}
 }
 
