@@ -246,44 +246,26 @@ type SuspensionPolicy struct {
 	Approvers *Approvers `json:"approvers,omitempty"`
 }
 
-// AgentRunSpec is one agent run: a model, a prompt, tools and policies. It is immutable after
-// creation, except cancel: changing, adding or removing any other field is refused with a message
-// naming the field.
-// +kubebuilder:validation:XValidation:rule="has(self.systemPrompt) == has(oldSelf.systemPrompt)",message="spec.systemPrompt cannot be added or removed after creation; create a new AgentRun instead"
-// +kubebuilder:validation:XValidation:rule="has(self.maxTurns) == has(oldSelf.maxTurns)",message="spec.maxTurns cannot be added or removed after creation; create a new AgentRun instead"
-// +kubebuilder:validation:XValidation:rule="has(self.tools) == has(oldSelf.tools)",message="spec.tools cannot be added or removed after creation; create a new AgentRun instead"
-// +kubebuilder:validation:XValidation:rule="has(self.mcpServers) == has(oldSelf.mcpServers)",message="spec.mcpServers cannot be added or removed after creation; create a new AgentRun instead"
-// +kubebuilder:validation:XValidation:rule="has(self.builtins) == has(oldSelf.builtins)",message="spec.builtins cannot be added or removed after creation; create a new AgentRun instead"
-// +kubebuilder:validation:XValidation:rule="has(self.approvals) == has(oldSelf.approvals)",message="spec.approvals cannot be added or removed after creation; create a new AgentRun instead"
-// +kubebuilder:validation:XValidation:rule="has(self.suspension) == has(oldSelf.suspension)",message="spec.suspension cannot be added or removed after creation; create a new AgentRun instead"
-// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot be added or removed after creation; create a new AgentRun instead"
+// AgentSpec is the reusable part of a run: the model, its instructions, its tools and the
+// policies of its requests. An Agent holds one; an AgentRun either names an Agent (agentRef) or
+// carries these fields itself.
 // +kubebuilder:validation:XValidation:rule="!has(self.tools) || !has(self.mcpServers) || self.tools.all(t, !self.mcpServers.exists(s, t.name.startsWith(s.name + '_')))",message="a tool name must not start with '<mcpServer name>_': that prefix is reserved for the server's tools"
-type AgentRunSpec struct {
-	// model is the endpoint the run talks to.
-	// +required
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.model is immutable after creation; create a new AgentRun instead"
-	Model ModelSpec `json:"model"`
+type AgentSpec struct {
+	// model is the endpoint the agent talks to. Required on an Agent, and on an AgentRun without
+	// agentRef.
+	// +optional
+	Model ModelSpec `json:"model,omitzero"`
 
 	// systemPrompt is sent as the system message.
 	// +optional
 	// +kubebuilder:validation:MaxLength=65536
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.systemPrompt is immutable after creation; create a new AgentRun instead"
 	SystemPrompt string `json:"systemPrompt,omitempty"`
 
-	// prompt is the first user turn.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=65536
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.prompt is immutable after creation; create a new AgentRun instead"
-	Prompt string `json:"prompt"`
-
 	// maxTurns bounds the number of model turns (default 10). A run that reaches it without a final
-	// answer ends Incomplete with limit maxTurns.
+	// answer ends Incomplete with limit maxTurns. A run of an agent may set its own.
 	// +optional
-	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.maxTurns is immutable after creation; create a new AgentRun instead"
 	MaxTurns int32 `json:"maxTurns,omitempty"`
 
 	// tools the model may call, in the order it is shown them. Names are unique.
@@ -291,7 +273,6 @@ type AgentRunSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.name == t.name))",message="tool names must be unique within spec.tools"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.tools is immutable after creation; create a new AgentRun instead"
 	Tools []ToolSpec `json:"tools,omitempty"`
 
 	// mcpServers whose tools the model may call. Names are unique.
@@ -299,27 +280,73 @@ type AgentRunSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.name == t.name))",message="mcpServers names must be unique"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.mcpServers is immutable after creation; create a new AgentRun instead"
 	MCPServers []MCPServerSpec `json:"mcpServers,omitempty"`
 
 	// builtins are tools that ship with the operator: question.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=8
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.builtins is immutable after creation; create a new AgentRun instead"
 	Builtins []Builtin `json:"builtins,omitempty"`
 
 	// approvals raise an approval request before a matching tool runs.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.approvals is immutable after creation; create a new AgentRun instead"
 	Approvals []ApprovalGate `json:"approvals,omitempty"`
 
 	// suspension governs the run's PendingRequests: timeout, what expiry does, who may answer.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.suspension is immutable after creation; create a new AgentRun instead"
 	Suspension *SuspensionPolicy `json:"suspension,omitempty"`
+}
+
+// AgentReference names an Agent in the run's namespace.
+type AgentReference struct {
+	// name of the Agent.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// AgentRunSpec is one agent run: a prompt, and either the agent's fields inline or a reference to
+// an Agent. It is immutable after creation, except cancel: changing, adding or removing any other
+// field is refused with a message naming the field.
+// +kubebuilder:validation:XValidation:rule="has(self.agentRef) != has(self.model)",message="set exactly one of spec.agentRef (run an Agent) or spec.model (an inline agent)"
+// +kubebuilder:validation:XValidation:rule="!has(self.agentRef) || !(has(self.systemPrompt) || has(self.tools) || has(self.mcpServers) || has(self.builtins) || has(self.approvals) || has(self.suspension))",message="a run of an Agent (spec.agentRef) may set only prompt, maxTurns, ttlSecondsAfterFinished and cancel; systemPrompt, tools, mcpServers, builtins, approvals and suspension come from the Agent"
+// +kubebuilder:validation:XValidation:rule="has(self.agentRef) == has(oldSelf.agentRef) && (!has(self.agentRef) || self.agentRef == oldSelf.agentRef)",message="spec.agentRef is immutable after creation; create a new AgentRun instead",fieldPath=".agentRef"
+// +kubebuilder:validation:XValidation:rule="has(self.model) == has(oldSelf.model)",message="spec.model cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.model) || !has(oldSelf.model) || self.model == oldSelf.model",message="spec.model is immutable after creation; create a new AgentRun instead",fieldPath=".model"
+// +kubebuilder:validation:XValidation:rule="has(self.systemPrompt) == has(oldSelf.systemPrompt)",message="spec.systemPrompt cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.systemPrompt) || !has(oldSelf.systemPrompt) || self.systemPrompt == oldSelf.systemPrompt",message="spec.systemPrompt is immutable after creation; create a new AgentRun instead",fieldPath=".systemPrompt"
+// +kubebuilder:validation:XValidation:rule="has(self.maxTurns) == has(oldSelf.maxTurns)",message="spec.maxTurns cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxTurns) || !has(oldSelf.maxTurns) || self.maxTurns == oldSelf.maxTurns",message="spec.maxTurns is immutable after creation; create a new AgentRun instead",fieldPath=".maxTurns"
+// +kubebuilder:validation:XValidation:rule="has(self.tools) == has(oldSelf.tools)",message="spec.tools cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.tools) || !has(oldSelf.tools) || self.tools == oldSelf.tools",message="spec.tools is immutable after creation; create a new AgentRun instead",fieldPath=".tools"
+// +kubebuilder:validation:XValidation:rule="has(self.mcpServers) == has(oldSelf.mcpServers)",message="spec.mcpServers cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.mcpServers) || !has(oldSelf.mcpServers) || self.mcpServers == oldSelf.mcpServers",message="spec.mcpServers is immutable after creation; create a new AgentRun instead",fieldPath=".mcpServers"
+// +kubebuilder:validation:XValidation:rule="has(self.builtins) == has(oldSelf.builtins)",message="spec.builtins cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.builtins) || !has(oldSelf.builtins) || self.builtins == oldSelf.builtins",message="spec.builtins is immutable after creation; create a new AgentRun instead",fieldPath=".builtins"
+// +kubebuilder:validation:XValidation:rule="has(self.approvals) == has(oldSelf.approvals)",message="spec.approvals cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.approvals) || !has(oldSelf.approvals) || self.approvals == oldSelf.approvals",message="spec.approvals is immutable after creation; create a new AgentRun instead",fieldPath=".approvals"
+// +kubebuilder:validation:XValidation:rule="has(self.suspension) == has(oldSelf.suspension)",message="spec.suspension cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.suspension) || !has(oldSelf.suspension) || self.suspension == oldSelf.suspension",message="spec.suspension is immutable after creation; create a new AgentRun instead",fieldPath=".suspension"
+// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot be added or removed after creation; create a new AgentRun instead"
+type AgentRunSpec struct {
+	// agentRef names the Agent this run runs. At its first step the run snapshots the Agent's
+	// spec; editing or deleting the Agent afterwards does not change the run. Exactly one of
+	// agentRef or model.
+	// +optional
+	AgentRef *AgentReference `json:"agentRef,omitempty"`
+
+	// The agent's fields, inline; with agentRef only maxTurns may be set among them.
+	AgentSpec `json:",inline"`
+
+	// prompt is the first user turn.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.prompt is immutable after creation; create a new AgentRun instead"
+	Prompt string `json:"prompt"`
 
 	// ttlSecondsAfterFinished deletes the run (and its requests) this long after it finished (at
 	// most 365 days). Unset: the run is kept.
@@ -510,6 +537,23 @@ type AgentRunStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// agent names the Agent, and the generation of it, whose spec the run snapshotted at its first
+	// step and runs with.
+	// +optional
+	Agent *AgentSnapshotReference `json:"agent,omitempty"`
+}
+
+// AgentSnapshotReference names the Agent a run snapshotted, and which generation of it.
+type AgentSnapshotReference struct {
+	// name of the Agent.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// generation of the Agent the run snapshotted.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Generation int64 `json:"generation"`
 }
 
 // AgentRun runs one LLM tool-calling agent, step by step, parking on a PendingRequest whenever a

@@ -22,7 +22,7 @@ var (
 
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion, &AgentRun{}, &AgentRunList{}, &PendingRequest{}, &PendingRequestList{},
-		&AgentRunRecord{}, &AgentRunRecordList{})
+		&AgentRunRecord{}, &AgentRunRecordList{}, &Agent{}, &AgentList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

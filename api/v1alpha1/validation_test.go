@@ -177,7 +177,7 @@ var _ = Describe("AgentRun admission", func() {
 			"spec.ttlSecondsAfterFinished in body should be greater than or equal to 0"),
 	)
 
-	It("accepts the full example and a minimal run, with defaults filled in", func() {
+	It("accepts the full example and a minimal run, with defaults filled in (maxTurns is left to the controller)", func() {
 		ns := newNamespace()
 		Expect(k8sClient.Create(ctx, object(fullRun, ns, nil))).To(Succeed())
 		minimal := object(minimalRun, ns, nil)
@@ -185,7 +185,7 @@ var _ = Describe("AgentRun admission", func() {
 		style, _, _ := unstructured.NestedString(minimal.Object, "spec", "model", "style")
 		turns, _, _ := unstructured.NestedInt64(minimal.Object, "spec", "maxTurns")
 		retries, _, _ := unstructured.NestedInt64(minimal.Object, "spec", "model", "retries")
-		Expect([]any{style, turns, retries}).To(Equal([]any{"openai", int64(10), int64(5)}))
+		Expect([]any{style, turns, retries}).To(Equal([]any{"openai", int64(0), int64(5)}))
 	})
 
 	DescribeTable("after creation",
@@ -209,7 +209,7 @@ var _ = Describe("AgentRun admission", func() {
 		Entry("refuses a model change", `{"spec":{"model":{"name":"gpt-5"}}}`,
 			"spec.model is immutable after creation"),
 		Entry("refuses a system prompt change, naming it", `{"spec":{"systemPrompt":"You are a pirate."}}`,
-			`spec.systemPrompt: Invalid value: "You are a pirate.": spec.systemPrompt is immutable after creation`),
+			`spec.systemPrompt: Invalid value: spec.systemPrompt is immutable after creation`),
 		Entry("refuses a maxTurns change, naming it", `{"spec":{"maxTurns":11}}`,
 			"spec.maxTurns is immutable after creation"),
 		Entry("refuses a changed tool, naming spec.tools", `{"spec":{"tools":[{"name":"lookup","http":{"url":"http://a"}}]}}`,
@@ -256,11 +256,93 @@ var _ = Describe("AgentRun admission", func() {
 			"spec.suspension cannot be added or removed after creation"),
 		Entry("refuses a ttl", `{"spec":{"ttlSecondsAfterFinished":60}}`,
 			"spec.ttlSecondsAfterFinished cannot be added or removed after creation"),
-		Entry("refuses a maxTurns other than the defaulted one", `{"spec":{"maxTurns":3}}`,
-			"spec.maxTurns is immutable after creation"),
+		Entry("refuses a maxTurns", `{"spec":{"maxTurns":3}}`,
+			"spec.maxTurns cannot be added or removed after creation"),
 		Entry("refuses an api key reference, naming spec.model", `{"spec":{"model":{"apiKeySecretRef":{"name":"llm","key":"apiKey"}}}}`,
 			"spec.model is immutable after creation"),
 	)
+})
+
+// A valid Agent, and a run of it.
+const (
+	fullAgent = `
+apiVersion: toolnexus.dev/v1alpha1
+kind: Agent
+metadata: {name: purchasing}
+spec:
+  model: {name: gpt-4o-mini, apiKeySecretRef: {name: llm, key: apiKey}}
+  systemPrompt: You are a purchasing assistant.
+  maxTurns: 10
+  tools:
+  - name: approve_purchase
+    http: {url: http://purchasing.team-a.svc/approve}
+  mcpServers:
+  - {name: github, url: http://github-mcp.tools.svc/mcp}
+  builtins: [question]
+  approvals:
+  - tools: [approve_purchase]
+  suspension: {timeout: 24h, approvers: {users: [alice]}}
+`
+	agentRun = `
+apiVersion: toolnexus.dev/v1alpha1
+kind: AgentRun
+metadata: {name: buy-gpu}
+spec:
+  agentRef: {name: purchasing}
+  prompt: buy a gpu
+`
+)
+
+const (
+	exactlyOneMessage = "set exactly one of spec.agentRef (run an Agent) or spec.model (an inline agent)"
+	agentRunMessage   = "a run of an Agent (spec.agentRef) may set only prompt, maxTurns, ttlSecondsAfterFinished and cancel"
+)
+
+var _ = Describe("Agent admission", func() {
+	DescribeTable("refuses a run that is not exactly one of an inline agent or a run of an Agent",
+		func(manifest string, edits map[string]any, wantMessage string) {
+			err := k8sClient.Create(ctx, object(manifest, newNamespace(), edits))
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(wantMessage))
+		},
+		Entry("both agentRef and model", agentRun, map[string]any{"spec.model": map[string]any{"name": "llama3"}}, exactlyOneMessage),
+		Entry("neither agentRef nor model", agentRun, map[string]any{"spec.agentRef": nil}, exactlyOneMessage),
+		Entry("a run of an Agent that sets tools", agentRun, map[string]any{"spec.tools": []any{
+			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a"}}}}, agentRunMessage),
+		Entry("a run of an Agent that sets a system prompt", agentRun, map[string]any{"spec.systemPrompt": "be nice"}, agentRunMessage),
+		Entry("an Agent without a model", fullAgent, map[string]any{"spec.model": nil}, "spec.model is required on an Agent"),
+		Entry("an Agent with a bad tool name", fullAgent, map[string]any{"spec.tools": []any{
+			map[string]any{"name": "bad name!", "http": map[string]any{"url": "http://a"}}}}, "spec.tools[0].name in body should match"),
+		Entry("an Agent with duplicate tool names", fullAgent, map[string]any{"spec.tools": []any{
+			map[string]any{"name": "a", "http": map[string]any{"url": "http://a"}},
+			map[string]any{"name": "a", "http": map[string]any{"url": "http://b"}}}}, "tool names must be unique within spec.tools"),
+		Entry("an Agent whose tool takes an MCP server's prefix", fullAgent, map[string]any{"spec.tools": []any{
+			map[string]any{"name": "github_x", "http": map[string]any{"url": "http://a"}}}}, "a tool name must not start with '<mcpServer name>_'"),
+		Entry("an Agent with maxTurns 0", fullAgent, map[string]any{"spec.maxTurns": int64(0)},
+			"spec.maxTurns in body should be greater than or equal to 1"),
+	)
+
+	It("accepts a run of an Agent with its own maxTurns, ttl and cancel", func() {
+		Expect(k8sClient.Create(ctx, object(agentRun, newNamespace(), map[string]any{
+			"spec.maxTurns": int64(3), "spec.ttlSecondsAfterFinished": int64(60), "spec.cancel": true}))).To(Succeed())
+	})
+
+	It("refuses a change of a run's agentRef", func() {
+		run := object(agentRun, newNamespace(), nil)
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		err := mergePatch(run, `{"spec":{"agentRef":{"name":"other"}}}`)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.agentRef is immutable after creation"))
+		Expect(mergePatch(run, `{"spec":{"cancel":true}}`)).To(Succeed())
+	})
+
+	It("lets an Agent's spec be edited: immutability is the run's, not the agent's", func() {
+		agent := object(fullAgent, newNamespace(), nil)
+		Expect(k8sClient.Create(ctx, agent)).To(Succeed())
+		Expect(mergePatch(agent, `{"spec":{"model":{"name":"gpt-5"},"systemPrompt":"You are terse.","maxTurns":3,`+
+			`"tools":null,"mcpServers":null,"builtins":null,"approvals":null,"suspension":null}}`)).To(Succeed())
+		Expect(mergePatch(agent, `{"spec":{"systemPrompt":null,"tools":[{"name":"lookup","http":{"url":"http://a"}}]}}`)).To(Succeed())
+	})
 })
 
 var _ = Describe("PendingRequest admission", func() {

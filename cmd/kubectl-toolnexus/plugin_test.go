@@ -60,11 +60,10 @@ func stored(preq *toolnexusv1alpha1.PendingRequest) *toolnexusv1alpha1.PendingRe
 func newRun(ns string, status toolnexusv1alpha1.AgentRunStatus) *toolnexusv1alpha1.AgentRun {
 	run := &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: "buy-gpu", Namespace: ns},
-		Spec: toolnexusv1alpha1.AgentRunSpec{
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "buy a gpu", AgentSpec: toolnexusv1alpha1.AgentSpec{
 			Model:        toolnexusv1alpha1.ModelSpec{Name: "gpt-4o-mini"},
 			SystemPrompt: "You are a purchasing assistant.",
-			Prompt:       "buy a gpu",
-		},
+		}},
 	}
 	ExpectWithOffset(1, admin.Create(ctx, run)).To(Succeed())
 	setRunStatus(run, status)
@@ -462,6 +461,51 @@ var _ = Describe("kubectl toolnexus", func() {
 		})
 
 		It("gives up after --timeout", func() {
+			newRun(ns, toolnexusv1alpha1.AgentRunStatus{Phase: toolnexusv1alpha1.RunPhaseRunning})
+			_, stderr, err := kubectlToolnexus("alice", "-n", ns, "wait", "buy-gpu", "--timeout", "1s")
+			Expect(err).To(HaveOccurred())
+			Expect(stderr).To(Equal("Error: timed out waiting for agentruns.toolnexus.dev \"buy-gpu\" to suspend or finish\n"))
+		})
+	})
+
+	Describe("run", func() {
+		It("creates a run of the Agent as a run author and, with --wait, follows it past a suspension to its end", func() {
+			session, err := gexec.Start(exec.Command(plugin, "--kubeconfig", kubeconfigs["erin"], "-n", ns,
+				"run", "purchasing", "buy a gpu", "--wait"), GinkgoWriter, GinkgoWriter)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(session.Kill)
+			Eventually(session.Out).WithTimeout(30 * time.Second).Should(gbytes.Say(`agentrun.toolnexus.dev/(purchasing-[a-z0-9]{5}) created\n`))
+			var runs toolnexusv1alpha1.AgentRunList
+			Expect(admin.List(ctx, &runs, client.InNamespace(ns))).To(Succeed())
+			Expect(runs.Items).To(HaveLen(1))
+			run := &runs.Items[0]
+			Expect(run.Spec.AgentRef).To(Equal(&toolnexusv1alpha1.AgentReference{Name: "purchasing"}))
+			Expect(run.Spec.Prompt).To(Equal("buy a gpu"))
+			Expect(run.Spec.Model.Name).To(BeEmpty())
+
+			setRunStatus(run, suspended(run.Name+"-1-call-1"))
+			Consistently(session).ShouldNot(gexec.Exit(), "a suspension is not the end of the run")
+			setRunStatus(run, succeeded())
+			Eventually(session).WithTimeout(30 * time.Second).Should(gexec.Exit(0))
+			Expect(session.Out).To(gbytes.Say("agentrun.toolnexus.dev/" + run.Name + " Succeeded\n"))
+		})
+
+		It("creates a run without waiting, and is refused for a person who may not create runs", func() {
+			stdout, _, err := kubectlToolnexus("erin", "-n", ns, "run", "purchasing", "buy a gpu", "--max-turns", "3")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(stdout).To(MatchRegexp(`^agentrun.toolnexus.dev/purchasing-[a-z0-9]{5} created\n$`))
+			var runs toolnexusv1alpha1.AgentRunList
+			Expect(admin.List(ctx, &runs, client.InNamespace(ns))).To(Succeed())
+			Expect(runs.Items).To(ConsistOf(HaveField("Spec.MaxTurns", int32(3))))
+
+			_, stderr, err := kubectlToolnexus("vic", "-n", ns, "run", "purchasing", "buy a gpu")
+			Expect(err).To(HaveOccurred())
+			Expect(stderr).To(ContainSubstring("forbidden"))
+		})
+	})
+
+	Describe("wait (timeout)", func() {
+		It("gives up after --timeout, whatever the run", func() {
 			newRun(ns, toolnexusv1alpha1.AgentRunStatus{Phase: toolnexusv1alpha1.RunPhaseRunning})
 			_, stderr, err := kubectlToolnexus("alice", "-n", ns, "wait", "buy-gpu", "--timeout", "1s")
 			Expect(err).To(HaveOccurred())

@@ -31,14 +31,15 @@ func newRootCommand(out, errOut io.Writer) *cobra.Command {
 		Use:   "kubectl-toolnexus",
 		Short: "Answer the PendingRequests of Toolnexus AgentRuns and follow the runs",
 		Long: `kubectl toolnexus lists the PendingRequests that wait for a person, shows them, answers them,
-and follows AgentRuns. It uses your kubeconfig and identity: an answer is a merge patch of the
+starts runs of Agents and follows AgentRuns. It uses your kubeconfig and identity: an answer is a merge patch of the
 PendingRequest's status subresource, so the API server decides whether you may give it.`,
 		Example: `  kubectl toolnexus pending -A
   kubectl toolnexus show buy-gpu-1-call-1
   kubectl toolnexus approve buy-gpu-1-call-1 --wait
   kubectl toolnexus answer deploy-1-call-1 --output staging
   kubectl toolnexus decline buy-gpu-1-call-1 --reason "over budget"
-  kubectl toolnexus transcript buy-gpu`,
+  kubectl toolnexus transcript buy-gpu
+  kubectl toolnexus run purchasing "buy a gpu" --wait`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl toolnexus"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -58,6 +59,7 @@ PendingRequest's status subresource, so the API server decides whether you may g
 		newRunsCommand(o),
 		newTranscriptCommand(o),
 		newWaitCommand(o),
+		newRunCommand(o),
 	)
 	return root
 }

@@ -32,7 +32,8 @@ var (
 	// plugin is the built kubectl-toolnexus binary.
 	plugin string
 	// kubeconfigs of the people: alice is an approver of the requests that list approvers, bob
-	// may answer by RBAC but is no approver, carol has no RBAC at all, admin is system:masters.
+	// may answer by RBAC but is no approver, carol has no RBAC at all, erin runs agents (the
+	// editor role), admin is system:masters.
 	kubeconfigs = map[string]string{}
 	// policies tells whether config/policies (the approver rules) is installed.
 	policies bool
@@ -89,7 +90,13 @@ var _ = BeforeSuite(func() {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolnexus-agentrun-viewer"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "vic"}},
 	})).To(Succeed())
-	for name, groups := range map[string][]string{"alice": nil, "bob": nil, "carol": nil, "vic": nil, "admin": {"system:masters"}} {
+	// erin runs agents: config/rbac's editor role, which the built-in edit role aggregates.
+	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-editors"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolnexus-agentrun-editor"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "erin"}},
+	})).To(Succeed())
+	for name, groups := range map[string][]string{"alice": nil, "bob": nil, "carol": nil, "vic": nil, "erin": nil, "admin": {"system:masters"}} {
 		user, err := env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
 		Expect(err).NotTo(HaveOccurred())
 		kubeconfig, err := user.KubeConfig()
@@ -105,6 +112,9 @@ var _ = BeforeSuite(func() {
 		{User: "alice", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "pendingrequests", Subresource: "status"}},
 		{User: "bob", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "pendingrequests", Subresource: "status"}},
 		{User: "vic", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "agentrunrecords"}},
+		{User: "vic", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "agents"}},
+		{User: "erin", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Resource: "agentruns"}},
+		{User: "erin", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "agents"}},
 	} {
 		grant.ResourceAttributes.Group = toolnexusv1alpha1.GroupVersion.Group
 		Eventually(func() (bool, error) {

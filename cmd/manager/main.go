@@ -114,6 +114,10 @@ func main() {
 		log.Error(err, "Unable to set up the AgentRun controller")
 		os.Exit(1)
 	}
+	if err := (&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up the Agent controller")
+		os.Exit(1)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Unable to set up the health check")
 		os.Exit(1)

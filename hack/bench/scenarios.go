@@ -55,16 +55,15 @@ type runShape struct {
 func (h *harness) newRun(ns, name string, s runShape) *toolnexusv1alpha1.AgentRun {
 	run := &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: toolnexusv1alpha1.AgentRunSpec{
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "turns=" + strconv.Itoa(s.turns), AgentSpec: toolnexusv1alpha1.AgentSpec{
 			Model:    toolnexusv1alpha1.ModelSpec{Name: "bench", BaseURL: s.model.URL},
-			Prompt:   "turns=" + strconv.Itoa(s.turns),
 			MaxTurns: int32(s.turns + 1),
 			Tools: []toolnexusv1alpha1.ToolSpec{{
 				Name: s.tool, Description: "benchmark tool",
 				Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object","properties":{"k":{"type":"integer"}}}`)},
 				HTTP:       &toolnexusv1alpha1.HTTPToolSpec{URL: h.tools.URL + "/" + s.tool},
 			}},
-		},
+		}},
 	}
 	if s.timeout > 0 {
 		run.Spec.Model.RequestTimeout = &metav1.Duration{Duration: s.timeout}

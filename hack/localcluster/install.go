@@ -22,7 +22,7 @@ func (c *cluster) install(ctx context.Context) error {
 		return err
 	}
 	if _, err := c.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/agentruns.toolnexus.dev", "crd/pendingrequests.toolnexus.dev"); err != nil {
+		"crd/agents.toolnexus.dev", "crd/agentruns.toolnexus.dev", "crd/pendingrequests.toolnexus.dev"); err != nil {
 		return err
 	}
 	if _, err := c.kubectlStdin(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: toolnexus-system}\n",

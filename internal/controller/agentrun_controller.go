@@ -57,6 +57,7 @@ const (
 
 const (
 	secretNamesIndexField = "spec.secretNames"
+	agentRefIndexField    = "spec.agentRef.name"
 	ownerRunIndexField    = "metadata.ownerRun"
 	actionStep            = "Step"
 	actionAnswer          = "Answer"
@@ -154,8 +155,15 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if s.requests, err = r.requestsOf(ctx, run); err != nil {
 		return ctrl.Result{}, err
 	}
+	found, err := r.resolveSpec(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 
-	result, err := r.advance(ctx, s)
+	var result ctrl.Result
+	if found || run.Spec.Cancel {
+		result, err = r.advance(ctx, s)
+	}
 	if err != nil || (s.dirty && s.inflight) {
 		// A step took the unsaved state along: its outcome is saved and projected when it ends.
 		return ctrl.Result{}, err
@@ -195,6 +203,9 @@ type scope struct {
 	run    *toolnexusv1alpha1.AgentRun
 	before *toolnexusv1alpha1.AgentRun
 	rec    *runRecord
+	// spec is what the run runs with: its own spec, or for a run of an Agent the Agent's snapshot
+	// with the run's prompt and maxTurns. Every use of the agent's fields reads it.
+	spec *toolnexusv1alpha1.AgentRunSpec
 	// requests are the run's PendingRequests by name, from the cache.
 	requests map[string]*toolnexusv1alpha1.PendingRequest
 	progress progress
@@ -256,7 +267,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 		return requeueAt(at, s.now), nil
 	}
 
-	rt, err := r.prepare(ctx, s.run, r.Metrics.observe)
+	rt, err := r.prepare(ctx, s.run, s.spec, r.Metrics.observe)
 	var missing *missingSecretError
 	var invalid *specError
 	switch {
@@ -320,9 +331,10 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *toolnex
 func (r *AgentRunReconciler) emitTransitions(s *scope) {
 	before, after := conditionOf(s.before, toolnexusv1alpha1.ConditionSucceeded), conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
 	if s.before.Status.StartTime == nil && s.run.Status.StartTime != nil {
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.run.Spec.Model.Name)
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.spec.Model.Name)
 	}
-	waiting := after.Reason == toolnexusv1alpha1.ReasonSecretNotFound || after.Reason == toolnexusv1alpha1.ReasonSecretNotAllowed
+	waiting := after.Reason == toolnexusv1alpha1.ReasonSecretNotFound || after.Reason == toolnexusv1alpha1.ReasonSecretNotAllowed ||
+		after.Reason == toolnexusv1alpha1.ReasonAgentNotFound
 	if waiting && before.Reason != after.Reason {
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, after.Reason, actionStep, "%s; the run starts when it is resolved", after.Message)
 	}
@@ -354,8 +366,8 @@ func requeueAt(t, now time.Time) ctrl.Result {
 }
 
 // SetupWithManager registers the reconciler, its executor and its watches: AgentRuns (spec changes
-// only), answers to and deletions of their PendingRequests, the appearance of Secrets they wait
-// for, and the end of their steps.
+// only), answers to and deletions of their PendingRequests, the appearance of Secrets and Agents
+// they wait for, and the end of their steps.
 func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil {
 		return errors.New("AgentRunReconciler needs APIReader, Recorder, Clock and Metrics")
@@ -376,11 +388,19 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.PendingRequest{}, ownerRunIndexField, runOfRequest); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, agentRefIndexField, agentOfRun); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.Agent{}, secretNamesIndexField, secretNames); err != nil {
+		return err
+	}
 	return builder.ControllerManagedBy(mgr).
 		For(&toolnexusv1alpha1.AgentRun{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&toolnexusv1alpha1.PendingRequest{}, builder.WithPredicates(answerOrDeletion())).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingFor),
 			builder.WithPredicates(predicate.Funcs{DeleteFunc: func(event.DeleteEvent) bool { return false }})).
+		Watches(&toolnexusv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.runsOfAgent),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.steps.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("agentrun").
@@ -414,14 +434,27 @@ func runOfRequest(obj client.Object) []string {
 	return nil
 }
 
-// secretNames indexes a run by the Secrets it references.
+// agentOfRun indexes a run of an Agent by the Agent's name.
+func agentOfRun(obj client.Object) []string {
+	if run, ok := obj.(*toolnexusv1alpha1.AgentRun); ok && run.Spec.AgentRef != nil {
+		return []string{run.Spec.AgentRef.Name}
+	}
+	return nil
+}
+
+// secretNames indexes a run, or an Agent, by the Secrets its spec references.
 func secretNames(obj client.Object) []string {
-	run, ok := obj.(*toolnexusv1alpha1.AgentRun)
-	if !ok {
+	var spec *toolnexusv1alpha1.AgentSpec
+	switch o := obj.(type) {
+	case *toolnexusv1alpha1.AgentRun:
+		spec = &o.Spec.AgentSpec
+	case *toolnexusv1alpha1.Agent:
+		spec = &o.Spec
+	default:
 		return nil
 	}
 	var names []string
-	if ref := run.Spec.Model.APIKeySecretRef; ref != nil {
+	if ref := spec.Model.APIKeySecretRef; ref != nil {
 		names = append(names, ref.Name)
 	}
 	headers := func(hs []toolnexusv1alpha1.HTTPHeader) {
@@ -431,22 +464,41 @@ func secretNames(obj client.Object) []string {
 			}
 		}
 	}
-	for _, t := range run.Spec.Tools {
+	for _, t := range spec.Tools {
 		if t.HTTP != nil {
 			headers(t.HTTP.Headers)
 		}
 	}
-	for _, s := range run.Spec.MCPServers {
+	for _, s := range spec.MCPServers {
 		headers(s.Headers)
 	}
 	return names
 }
 
-// runsWaitingFor maps a Secret to the active runs of its namespace that reference it.
+// runsWaitingFor maps a Secret to the active runs of its namespace that reference it, themselves
+// or through their Agent.
 func (r *AgentRunReconciler) runsWaitingFor(ctx context.Context, secret client.Object) []reconcile.Request {
-	var runs toolnexusv1alpha1.AgentRunList
-	if err := r.List(ctx, &runs, client.InNamespace(secret.GetNamespace()),
+	out := r.activeRuns(ctx, secret.GetNamespace(), secretNamesIndexField, secret.GetName())
+	var agents toolnexusv1alpha1.AgentList
+	if err := r.List(ctx, &agents, client.InNamespace(secret.GetNamespace()),
 		client.MatchingFields{secretNamesIndexField: secret.GetName()}); err != nil {
+		return out
+	}
+	for i := range agents.Items {
+		out = append(out, r.runsOfAgent(ctx, &agents.Items[i])...)
+	}
+	return out
+}
+
+// runsOfAgent maps an Agent to the active runs of it: one waiting for it starts.
+func (r *AgentRunReconciler) runsOfAgent(ctx context.Context, agent client.Object) []reconcile.Request {
+	return r.activeRuns(ctx, agent.GetNamespace(), agentRefIndexField, agent.GetName())
+}
+
+// activeRuns lists the unfinished runs of namespace whose index field has value.
+func (r *AgentRunReconciler) activeRuns(ctx context.Context, namespace, field, value string) []reconcile.Request {
+	var runs toolnexusv1alpha1.AgentRunList
+	if err := r.List(ctx, &runs, client.InNamespace(namespace), client.MatchingFields{field: value}); err != nil {
 		return nil
 	}
 	var out []reconcile.Request

@@ -29,10 +29,9 @@ var ctx = context.Background()
 func newRun(ns, name, modelURL string, ts *toolstest.Server, toolNames ...string) *toolnexusv1alpha1.AgentRun {
 	run := &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: toolnexusv1alpha1.AgentRunSpec{
-			Model:  toolnexusv1alpha1.ModelSpec{Name: "gpt-4o-mini", BaseURL: modelURL},
-			Prompt: "do the thing",
-		},
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "do the thing", AgentSpec: toolnexusv1alpha1.AgentSpec{
+			Model: toolnexusv1alpha1.ModelSpec{Name: "gpt-4o-mini", BaseURL: modelURL},
+		}},
 	}
 	for _, t := range toolNames {
 		run.Spec.Tools = append(run.Spec.Tools, toolnexusv1alpha1.ToolSpec{

@@ -87,7 +87,7 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error
 			r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, tools.ReasonExpired).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
 		})
 		r.hand(s, call, tools.AnswerDeclined(call.Request.ID, tools.ReasonExpired))
-		if p := s.run.Spec.Suspension; p != nil && p.OnTimeout == toolnexusv1alpha1.OnTimeoutFail {
+		if p := s.spec.Suspension; p != nil && p.OnTimeout == toolnexusv1alpha1.OnTimeoutFail {
 			st.End(toolnexusv1alpha1.ReasonRequestExpired,
 				fmt.Sprintf("PendingRequest %s expired unanswered and spec.suspension.onTimeout is Fail", name))
 		}
@@ -209,7 +209,7 @@ func (r *AgentRunReconciler) announce(ctx context.Context, s *scope) error {
 		if call.Phase != loop.PhaseSuspended || call.Announced != nil {
 			continue
 		}
-		preq, err := newPendingRequest(s.run, st.Turn, *call)
+		preq, err := newPendingRequest(s.run, s.spec.Suspension, st.Turn, *call)
 		if err != nil {
 			return err
 		}

@@ -54,7 +54,7 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 	}
 	setKstatus(run)
 	setSuspended(run, open)
-	setToolsReady(run, p)
+	setToolsReady(run, rec, p)
 }
 
 // setFields copies the loop state's counters and summaries into status.
@@ -69,6 +69,9 @@ func setFields(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 	s.ModelFailures = int32(st.ModelFailures)
 	s.ToolCalls = toolCallSummaries(st.ToolCalls)
 	s.Pending, s.PendingCount = open, int32(len(open))
+	if a := rec.agent; a != nil {
+		s.Agent = &toolnexusv1alpha1.AgentSnapshotReference{Name: a.Name, Generation: a.Generation}
+	}
 	if rec.started() {
 		s.TranscriptRef = &toolnexusv1alpha1.TranscriptReference{Name: recordName(run.Name, 0)}
 		if s.StartTime == nil {
@@ -144,8 +147,11 @@ func setSuspended(run *toolnexusv1alpha1.AgentRun, open []toolnexusv1alpha1.Pend
 
 // setToolsReady says whether every MCP server answered when the tools were last built; when they
 // were not built this reconcile the condition stays as it was.
-func setToolsReady(run *toolnexusv1alpha1.AgentRun, p progress) {
-	if len(run.Spec.MCPServers) == 0 || !p.toolsBuilt {
+func setToolsReady(run *toolnexusv1alpha1.AgentRun, rec *runRecord, p progress) {
+	if !p.toolsBuilt {
+		return
+	}
+	if spec, err := effectiveSpec(run, rec); err != nil || len(spec.MCPServers) == 0 {
 		return
 	}
 	if len(p.mcpFailures) > 0 {

@@ -98,7 +98,7 @@ func BenchmarkSaveRecord(b *testing.B) {
 	ctx := context.Background()
 	for _, turns := range benchTurns {
 		r, run, rec := benchRun(b, turns, 1024)
-		head, _, err := record.EncodeHead(rec.State, rec.segments)
+		head, _, err := record.EncodeHead(rec.State, rec.segments, rec.agent)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func BenchmarkSaveRecord(b *testing.B) {
 		b.Run(fmt.Sprintf("encode/turns=%d", turns), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := record.EncodeHead(rec.State, rec.segments); err != nil {
+				if _, _, err := record.EncodeHead(rec.State, rec.segments, rec.agent); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -42,8 +42,8 @@ const decisionArgs = `{"dryRun":false,"env":"prod"}`
 func decisionRun(onTimeout toolnexusv1alpha1.OnTimeout) *toolnexusv1alpha1.AgentRun {
 	return &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: "deploy", Namespace: "tenant", UID: "run-uid", Generation: 1},
-		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "ship it", Suspension: &toolnexusv1alpha1.SuspensionPolicy{
-			OnTimeout: onTimeout, Approvers: &toolnexusv1alpha1.Approvers{Users: []string{"alice"}, Groups: []string{"sre"}}}},
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "ship it", AgentSpec: toolnexusv1alpha1.AgentSpec{Suspension: &toolnexusv1alpha1.SuspensionPolicy{
+			OnTimeout: onTimeout, Approvers: &toolnexusv1alpha1.Approvers{Users: []string{"alice"}, Groups: []string{"sre"}}}}},
 	}
 }
 
@@ -79,7 +79,7 @@ func stateOf(calls ...loop.Call) *loop.State {
 // controlled by the run, with the UID the call was announced with (uid-<id> when it was not).
 func requestFor(t *testing.T, run *toolnexusv1alpha1.AgentRun, call loop.Call, edits ...func(*toolnexusv1alpha1.PendingRequest)) *toolnexusv1alpha1.PendingRequest {
 	t.Helper()
-	preq, err := newPendingRequest(run, 1, call)
+	preq, err := newPendingRequest(run, run.Spec.Suspension, 1, call)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func (e *decisionEnv) checkEvents(t *testing.T, s *scope, want []string) {
 }
 
 func decisionScope(run *toolnexusv1alpha1.AgentRun, st *loop.State, requests map[string]*toolnexusv1alpha1.PendingRequest) *scope {
-	return &scope{run: run, before: run.DeepCopy(), rec: &runRecord{State: st}, requests: requests, now: decisionNow}
+	return &scope{run: run, before: run.DeepCopy(), rec: &runRecord{State: st}, spec: &run.Spec, requests: requests, now: decisionNow}
 }
 
 // checkEnded checks that the run ended with reason by a message naming PendingRequest name, or

@@ -167,7 +167,7 @@ func newHealthRun() *toolnexusv1alpha1.AgentRun {
 	return &toolnexusv1alpha1.AgentRun{
 		TypeMeta:   metav1.TypeMeta{APIVersion: toolnexusv1alpha1.GroupVersion.String(), Kind: "AgentRun"},
 		ObjectMeta: metav1.ObjectMeta{Name: "buy-gpu", Namespace: "team-a", UID: "run-uid", Generation: 1},
-		Spec:       toolnexusv1alpha1.AgentRunSpec{Model: toolnexusv1alpha1.ModelSpec{Name: "gpt-4o"}, Prompt: "buy a gpu"},
+		Spec:       toolnexusv1alpha1.AgentRunSpec{AgentSpec: toolnexusv1alpha1.AgentSpec{Model: toolnexusv1alpha1.ModelSpec{Name: "gpt-4o"}}, Prompt: "buy a gpu"},
 	}
 }
 

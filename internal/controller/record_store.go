@@ -69,6 +69,9 @@ func mismatch(format string, args ...any) error {
 type runRecord struct {
 	State    *loop.State
 	segments []record.SegmentRef
+	// agent is the snapshot of the Agent a run of an agent runs with; nil for an inline spec, and
+	// before a run of an agent resolved its Agent.
+	agent *record.AgentSnapshot
 	// head is the object the record was read from or last written to; nil before the first save.
 	head *toolnexusv1alpha1.AgentRunRecord
 }
@@ -151,7 +154,7 @@ func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alp
 	if err := record.Join(h, segs); err != nil {
 		return nil, corrupt("%w", err)
 	}
-	return &runRecord{State: h.State, segments: h.Segments, head: head}, nil
+	return &runRecord{State: h.State, segments: h.Segments, agent: h.Agent, head: head}, nil
 }
 
 func (r *AgentRunReconciler) loadSegment(ctx context.Context, run *toolnexusv1alpha1.AgentRun, n int, ref record.SegmentRef, budget int) (*record.Segment, int, error) {
@@ -177,7 +180,7 @@ func (r *AgentRunReconciler) loadSegment(ctx context.Context, run *toolnexusv1al
 // the run on, and the caller must start over from a fresh read), sealing a segment first when the
 // head has grown past sealAt.
 func (r *AgentRunReconciler) saveRecord(ctx context.Context, run *toolnexusv1alpha1.AgentRun, rec *runRecord) error {
-	data, raw, err := record.EncodeHead(rec.State, rec.segments)
+	data, raw, err := record.EncodeHead(rec.State, rec.segments, rec.agent)
 	if err != nil {
 		return fmt.Errorf("encoding the record: %w", err)
 	}
@@ -185,7 +188,7 @@ func (r *AgentRunReconciler) saveRecord(ctx context.Context, run *toolnexusv1alp
 		if err := r.seal(ctx, run, rec); err != nil {
 			return err
 		}
-		if data, raw, err = record.EncodeHead(rec.State, rec.segments); err != nil {
+		if data, raw, err = record.EncodeHead(rec.State, rec.segments, rec.agent); err != nil {
 			return fmt.Errorf("encoding the record: %w", err)
 		}
 	}

@@ -42,9 +42,9 @@ func requestName(run string, turn int, callID string) string {
 }
 
 // newPendingRequest builds the PendingRequest for a suspended call of the current turn. Everything
-// in it comes from the saved state and the run's immutable spec, so building it again after a
+// in it comes from the saved state and the run's immutable (effective) spec, so building it again after a
 // crash gives the same object. It shows the arguments the retry will run with, whole.
-func newPendingRequest(run *toolnexusv1alpha1.AgentRun, turn int, call loop.Call) (*toolnexusv1alpha1.PendingRequest, error) {
+func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1alpha1.SuspensionPolicy, turn int, call loop.Call) (*toolnexusv1alpha1.PendingRequest, error) {
 	req := call.Request
 	data, err := rawJSON(req.Data)
 	if err != nil {
@@ -68,7 +68,7 @@ func newPendingRequest(run *toolnexusv1alpha1.AgentRun, turn int, call loop.Call
 			},
 		},
 	}
-	if s := run.Spec.Suspension; s != nil && s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0) {
+	if s := suspension; s != nil && s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0) {
 		preq.Spec.Approvers = s.Approvers.DeepCopy()
 	}
 	return preq, nil

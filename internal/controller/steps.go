@@ -208,8 +208,8 @@ func (r *AgentRunReconciler) applyStep(s *scope, o *stepOutcome) bool {
 // no worker waits), others end the run with the provider's redacted message.
 func (r *AgentRunReconciler) modelFailed(s *scope, err error) {
 	retries := 0
-	if s.run.Spec.Model.Retries != nil { // defaulted by the CRD
-		retries = int(*s.run.Spec.Model.Retries)
+	if s.spec.Model.Retries != nil { // defaulted by the CRD
+		retries = int(*s.spec.Model.Retries)
 	}
 	st := s.rec.State
 	delay, retry, msg := loop.ModelFailed(st, err, retries, retryBase)

@@ -106,6 +106,7 @@ func startManager() {
 		MaxConcurrentReconciles: 4,
 		MaxTranscriptBytes:      4 << 20,
 	}).SetupWithManager(mgr)).To(Succeed())
+	Expect((&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	stopManager, managerDone = cancel, make(chan struct{})
 	go func() {

@@ -110,8 +110,7 @@ func (rt *stepper) toolkit(ctx context.Context) (tk *tools.Toolkit, mcpFailures 
 // prepare resolves the run's spec into a loop client and its tools, without network I/O but the
 // API server's. Secret values for headers are resolved at call time; the API key is read now
 // because every model request needs it.
-func (r *AgentRunReconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRun, observe func(loop.Event)) (*stepper, error) {
-	spec := &run.Spec
+func (r *AgentRunReconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRun, spec *toolnexusv1alpha1.AgentRunSpec, observe func(loop.Event)) (*stepper, error) {
 	apiKey := ""
 	if ref := spec.Model.APIKeySecretRef; ref != nil {
 		var err error

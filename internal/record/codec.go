@@ -23,6 +23,17 @@ type Head struct {
 	State *state.State `json:"state"`
 	// Segments hold the sealed prefix of State.Messages and State.ToolCalls, in order.
 	Segments []SegmentRef `json:"segments,omitempty"`
+	// Agent is the Agent a run of an agent resolved at its first step, saved before any step ran:
+	// the run uses it whatever later happens to the Agent. Nil for a run with an inline spec.
+	Agent *AgentSnapshot `json:"agent,omitempty"`
+}
+
+// AgentSnapshot is the spec of the Agent a run resolved, as the JSON of the API's AgentSpec (this
+// package stays free of Kubernetes types).
+type AgentSnapshot struct {
+	Name       string          `json:"name"`
+	Generation int64           `json:"generation"`
+	Spec       json.RawMessage `json:"spec"`
 }
 
 // SegmentRef names a sealed segment and how much of the transcript it holds.
@@ -109,9 +120,10 @@ func Encode(v any) ([]byte, int, error) {
 	return buf.Bytes(), len(raw), nil
 }
 
-// EncodeHead encodes the head for st: st without the messages and tool calls its segments hold.
-func EncodeHead(st *state.State, segments []SegmentRef) ([]byte, int, error) {
-	h := Head{Segments: segments}
+// EncodeHead encodes the head for st: st without the messages and tool calls its segments hold,
+// and the agent snapshot, if any.
+func EncodeHead(st *state.State, segments []SegmentRef, agent *AgentSnapshot) ([]byte, int, error) {
+	h := Head{Segments: segments, Agent: agent}
 	msgs, calls, _, _ := h.Sealed()
 	if msgs > len(st.Messages) || calls > len(st.ToolCalls) {
 		return nil, 0, fmt.Errorf("record: the segments hold more than the state (%d of %d messages, %d of %d tool calls)",

@@ -117,16 +117,15 @@ func (c *cluster) namespace(t *testing.T, name string) {
 func newRun(ns, name, modelURL, toolsURL string) *toolnexusv1alpha1.AgentRun {
 	return &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: toolnexusv1alpha1.AgentRunSpec{
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "chaos " + name, AgentSpec: toolnexusv1alpha1.AgentSpec{
 			Model:    toolnexusv1alpha1.ModelSpec{Name: "chaos-model", BaseURL: modelURL},
-			Prompt:   "chaos " + name,
 			MaxTurns: 10,
 			Tools: []toolnexusv1alpha1.ToolSpec{{
 				Name: "work", Description: "does some work, sometimes after an approval",
 				Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object","properties":{"run":{"type":"string"},"call":{"type":"string"}}}`)},
 				HTTP:       &toolnexusv1alpha1.HTTPToolSpec{URL: toolsURL + "/work"},
 			}},
-		},
+		}},
 	}
 }
 

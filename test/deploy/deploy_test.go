@@ -174,7 +174,7 @@ var _ = Describe("config/default", Ordered, func() {
 
 	It("is accepted by the API server (server-side dry-run)", func() {
 		Expect(run(encode(prerequisites(objs)), "apply", "--server-side", "-f", "-")).Error().NotTo(HaveOccurred())
-		Expect(run(nil, "wait", "--for=condition=Established", "crd/agentruns.toolnexus.dev", "crd/pendingrequests.toolnexus.dev")).Error().NotTo(HaveOccurred())
+		Expect(run(nil, "wait", "--for=condition=Established", "crd/agents.toolnexus.dev", "crd/agentruns.toolnexus.dev", "crd/agentrunrecords.toolnexus.dev", "crd/pendingrequests.toolnexus.dev")).Error().NotTo(HaveOccurred())
 		Expect(run(kustomizeBuild("default"), "apply", "--dry-run=server", "-f", "-")).Error().NotTo(HaveOccurred())
 		Expect(run(nil, "apply", "--dry-run=server", "-f", installer)).Error().NotTo(HaveOccurred())
 		// The installer a release ships, when `make build-installer` made one.

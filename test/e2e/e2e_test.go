@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,7 +20,8 @@ const (
 	sampleToolsURL = "http://127.0.0.1:18081"
 )
 
-// samples are the runs of config/samples and what each one parks on.
+// samples are the runs of config/samples (each file an Agent and a run of it) and what each one
+// parks on.
 var samples = []struct {
 	file, run, kind string
 }{
@@ -201,7 +204,8 @@ func TestFirstFiveMinutes(t *testing.T) {
 			t.Fatal(err)
 		}
 		manifest := strings.NewReplacer(sampleModelURL, "http://"+modelAddr, sampleToolsURL, "http://"+toolsAddr,
-			"name: buy-gpu", "name: buy-gpu-unattended", "timeout: 24h", "timeout: 3s").Replace(string(raw))
+			"name: buy-gpu", "name: buy-gpu-unattended", "name: purchasing", "name: purchasing-unattended",
+			"timeout: 24h", "timeout: 3s").Replace(string(raw))
 		if out, err := k.as("admin", manifest, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -223,10 +227,10 @@ func TestFirstFiveMinutes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The calendar tool answers auth_required on its first run; here it is also gated.
+		// The calendar tool answers auth_required on its first run; here its Agent also gates it.
 		manifest := strings.NewReplacer(sampleModelURL, "http://"+modelAddr, sampleToolsURL, "http://"+toolsAddr,
-			"name: read-calendar", "name: gated-calendar").Replace(string(raw)) +
-			"  approvals: [{tools: [calendar]}]\n  suspension: {approvers: {users: [alice]}}\n"
+			"name: read-calendar", "name: gated-calendar", "name: calendar-assistant", "name: gated-calendar-assistant",
+			"\n---\n", "\n  approvals: [{tools: [calendar]}]\n  suspension: {approvers: {users: [alice]}}\n---\n").Replace(string(raw))
 		if out, err := k.as("admin", manifest, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -255,6 +259,67 @@ func TestFirstFiveMinutes(t *testing.T) {
 		}
 		waitSucceeded(t, k, "gated-calendar")
 		wantText(t, k, "gated-calendar", "Stand-in model: calendar returned: events on friday: ")
+	})
+
+	t.Run("a run author runs an Agent with kubectl toolnexus run --wait; an approver answers", func(t *testing.T) {
+		// bob authors runs in the namespace: config/rbac's editor role, bound there.
+		k.must(t, "create", "rolebinding", "bob-runs-agents", "--clusterrole=toolnexus-agentrun-editor", "--user=bob")
+		eventually(t, time.Minute, "RBAC lets bob create runs", func() error {
+			out, err := k.as("admin", "", "auth", "can-i", "create", "agentruns.toolnexus.dev", "--as=bob")
+			if err != nil || strings.TrimSpace(out) != "yes" {
+				return fmt.Errorf("can-i: %q, %v", out, err)
+			}
+			return nil
+		})
+		var stdout, stderr strings.Builder
+		cmd := exec.Command(k.bin, "toolnexus", "--kubeconfig", filepath.Join(k.dir, "kubeconfig-bob"), "-n", k.namespace,
+			"run", "purchasing", "buy a gpu", "--wait", "--timeout", "2m")
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+		var run string
+		eventually(t, time.Minute, "the run of purchasing parks on its approval", func() error {
+			out := k.must(t, "get", "ar", "-o", `jsonpath={range .items[?(@.spec.agentRef.name=="purchasing")]}{.metadata.name}{"\n"}{end}`)
+			for _, name := range strings.Fields(out) {
+				if strings.HasPrefix(name, "purchasing-") {
+					run = name
+				}
+			}
+			if run == "" {
+				return fmt.Errorf("no run of purchasing yet; plugin stderr: %s", stderr.String())
+			}
+			_, err := k.as("admin", "", "get", "preq", preqName(run))
+			return err
+		})
+		select {
+		case err := <-exited:
+			t.Fatalf("kubectl toolnexus run --wait returned while the run was suspended: %v\n%s%s", err, stdout.String(), stderr.String())
+		default:
+		}
+		if agent := k.must(t, "get", "ar", run, "-o", "jsonpath={.status.agent.name}/{.status.agent.generation}"); !strings.HasPrefix(agent, "purchasing/") {
+			t.Errorf("status.agent = %q, want purchasing/<generation>", agent)
+		}
+		answer(t, k, "alice", run, `{"ok":true}`)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("kubectl toolnexus run --wait: %v\n%s%s", err, stdout.String(), stderr.String())
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("kubectl toolnexus run --wait did not return after the run finished:\n%s", k.must(t, "get", "ar", run, "-o", "yaml"))
+		}
+		for _, want := range []string{"agentrun.toolnexus.dev/" + run + " created\n", "agentrun.toolnexus.dev/" + run + " Succeeded\n"} {
+			if !strings.Contains(stdout.String(), want) {
+				t.Errorf("stdout = %q, want it to contain %q", stdout.String(), want)
+			}
+		}
+		wantText(t, k, run, "Stand-in model: approve_purchase returned: purchase of gpu approved")
 	})
 	t.Logf("e2e took %s", time.Since(start).Round(time.Second))
 }

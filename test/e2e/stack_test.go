@@ -44,7 +44,7 @@ func assets(t *testing.T) string {
 // buildBinaries builds what a user runs into dir, with the go command the test runs under.
 func buildBinaries(t *testing.T, dir string) {
 	t.Helper()
-	if _, err := testenv.Build(dir, "./cmd/manager", "./cmd/standin-model", "./cmd/sample-tools", "./hack/localcluster"); err != nil {
+	if _, err := testenv.Build(dir, "./cmd/manager", "./cmd/standin-model", "./cmd/sample-tools", "./cmd/kubectl-toolnexus", "./hack/localcluster"); err != nil {
 		t.Fatal(err)
 	}
 }

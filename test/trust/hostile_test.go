@@ -67,13 +67,12 @@ func sampleHeap() func() uint64 {
 func plainRun(ns, name, modelURL, toolURL string) *toolnexusv1alpha1.AgentRun {
 	return &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: toolnexusv1alpha1.AgentRunSpec{
-			Model:  toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: modelURL},
-			Prompt: "go",
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "go", AgentSpec: toolnexusv1alpha1.AgentSpec{
+			Model: toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: modelURL},
 			Tools: []toolnexusv1alpha1.ToolSpec{{Name: "dump",
 				Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object"}`)},
 				HTTP:       &toolnexusv1alpha1.HTTPToolSpec{URL: toolURL}}},
-		},
+		}},
 	}
 }
 

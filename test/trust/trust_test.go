@@ -24,9 +24,8 @@ const purchaseArgs = `{"amount":5000,"item":"gpu"}`
 func gatedRun(ns, modelURL string, ts *toolstest.Server) *toolnexusv1alpha1.AgentRun {
 	return &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: "buy", Namespace: ns},
-		Spec: toolnexusv1alpha1.AgentRunSpec{
-			Model:  toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: modelURL},
-			Prompt: "buy a gpu",
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "buy a gpu", AgentSpec: toolnexusv1alpha1.AgentSpec{
+			Model: toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: modelURL},
 			Tools: []toolnexusv1alpha1.ToolSpec{{
 				Name:       "purchase",
 				Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object"}`)},
@@ -37,7 +36,7 @@ func gatedRun(ns, modelURL string, ts *toolstest.Server) *toolnexusv1alpha1.Agen
 			}},
 			Approvals:  []toolnexusv1alpha1.ApprovalGate{{Tools: []string{"purchase"}}},
 			Suspension: &toolnexusv1alpha1.SuspensionPolicy{Approvers: &toolnexusv1alpha1.Approvers{Users: []string{"alice"}}},
-		},
+		}},
 	}
 }
 

@@ -1,0 +1,118 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+// AgentReconciler says, in each Agent's Ready condition, whether the agent can run: it builds the
+// agent's tools, approval gates and model options the way a run does, without any I/O.
+type AgentReconciler struct {
+	client.Client
+}
+
+var _ reconcile.Reconciler = (*AgentReconciler)(nil)
+
+// Why each permission is there: agents get/list/watch: the work queue, and runs resolve their
+// Agent from the cache; agents/status get/patch: the Ready condition.
+//
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=agents,verbs=get;list;watch
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=agents/status,verbs=get;patch
+
+// Reconcile sets the Agent's Ready condition, and Stalled with the same reason when it is False.
+func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	agent := &toolnexusv1alpha1.Agent{}
+	if err := r.Get(ctx, req.NamespacedName, agent); err != nil || !agent.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := agent.DeepCopy()
+	setAgentReady(agent, validateAgent(&agent.Spec))
+	_, err := patchStatus(ctx, r.Client, agent, before)
+	return ctrl.Result{}, err
+}
+
+// agentError is why an agent cannot run, with the reason of its Ready condition.
+type agentError struct {
+	reason string
+	err    error
+}
+
+func (e *agentError) Error() string { return e.err.Error() }
+
+// validateAgent builds what a run of the agent would build before its first step, except what
+// needs the API server (Secrets) or the network (MCP servers); nil means it can run.
+func validateAgent(spec *toolnexusv1alpha1.AgentSpec) *agentError {
+	var local []tools.Tool
+	for i, t := range spec.Tools {
+		if t.HTTP == nil {
+			return &agentError{toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: set http", i)}
+		}
+		tool, err := tools.HTTPTool(tools.HTTPToolSpec{
+			Name: t.Name, Description: t.Description, InputSchema: jsonObject(t.Parameters),
+			URL: t.HTTP.URL, Method: string(t.HTTP.Method), Timeout: durationOr(t.HTTP.Timeout, 0),
+		})
+		if err != nil {
+			return &agentError{toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: %w", i, err)}
+		}
+		local = append(local, tool)
+	}
+	for _, b := range spec.Builtins {
+		if b == toolnexusv1alpha1.BuiltinQuestion {
+			local = append(local, tools.QuestionTool())
+		}
+	}
+	if _, err := tools.NewToolkit(local...); err != nil {
+		return &agentError{toolnexusv1alpha1.ReasonInvalidTool, err}
+	}
+	hooks, err := gateHooks(spec.Approvals)
+	if err != nil {
+		return &agentError{toolnexusv1alpha1.ReasonInvalidApproval, err}
+	}
+	if _, err := loop.New(loop.Options{
+		BaseURL: spec.Model.BaseURL, Style: string(spec.Model.Style), Model: spec.Model.Name,
+		SystemPrompt: spec.SystemPrompt, MaxTurns: int(spec.MaxTurns), Hooks: hooks,
+		SuspensionTimeout: suspensionTimeout(spec.Suspension),
+	}); err != nil {
+		return &agentError{toolnexusv1alpha1.ReasonInvalidModel, err}
+	}
+	return nil
+}
+
+// setAgentReady sets Ready from the validation's outcome, and Stalled (kstatus) with the same
+// reason when the agent cannot run.
+func setAgentReady(agent *toolnexusv1alpha1.Agent, invalid *agentError) {
+	agent.Status.ObservedGeneration = agent.Generation
+	if invalid == nil {
+		setCondition(agent, toolnexusv1alpha1.ConditionReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonValid,
+			"The agent's tools, approval gates and model options are valid")
+		meta.RemoveStatusCondition(&agent.Status.Conditions, toolnexusv1alpha1.ConditionStalled)
+		return
+	}
+	msg := truncate(invalid.Error(), 1024)
+	setCondition(agent, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, invalid.reason, msg)
+	setCondition(agent, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, invalid.reason, msg)
+}
+
+// SetupWithManager registers the reconciler; it reacts to spec changes only.
+func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		return errors.New("AgentReconciler needs a Client")
+	}
+	return builder.ControllerManagedBy(mgr).
+		For(&toolnexusv1alpha1.Agent{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Named("agent").
+		Complete(r)
+}
