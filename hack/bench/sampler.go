@@ -43,7 +43,7 @@ func (m *manager) scrapeMetrics(ctx context.Context) (managerMetrics, error) {
 			continue
 		}
 		s := series{labels: map[string]string{}}
-		rest := line
+		var rest string
 		if open := strings.IndexByte(line, '{'); open >= 0 {
 			end := strings.LastIndexByte(line, '}')
 			if end < open {
@@ -56,7 +56,11 @@ func (m *manager) scrapeMetrics(ctx context.Context) (managerMetrics, error) {
 				continue
 			}
 		}
-		if s.value, err = strconv.ParseFloat(strings.Fields(rest)[0], 64); err == nil {
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		if s.value, err = strconv.ParseFloat(fields[0], 64); err == nil {
 			out = append(out, s)
 		}
 	}
