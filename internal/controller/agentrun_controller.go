@@ -191,6 +191,9 @@ func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
 	}
 	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
 	if _, err := patchStatus(ctx, r.Client, s.run, s.before); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // deleted while this reconcile worked on it: nothing is left to report on
+		}
 		return err
 	}
 	s.emitEvents()
