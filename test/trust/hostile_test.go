@@ -112,12 +112,7 @@ var _ = Describe("Hostile inputs", func() {
 	})
 
 	It("a gzip bomb in the record ends the run TranscriptCorrupt without inflating it", func() {
-		ns := newNamespace()
-		ts, model := newToolServer(), purchaseModel()
-		Expect(admin.Create(ctx, labelledSecret(ns))).To(Succeed())
-		run := gatedRun(ns, model.URL, ts)
-		Expect(admin.Create(ctx, run)).To(Succeed())
-		preq := openRequest(run)
+		ns, run, preq, ts, _ := parkedGatedRun()
 		// Only the manager can write records: admin stands in for a bug or a disk fault.
 		rec := &toolnexusv1alpha1.AgentRunRecord{}
 		Expect(admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: "buy"}, rec)).To(Succeed())

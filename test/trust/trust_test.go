@@ -54,6 +54,17 @@ func labelledSecret(ns string) *corev1.Secret {
 	}
 }
 
+// parkedGatedRun starts a gated run as admin in a new namespace and waits for its approval request.
+func parkedGatedRun() (string, *toolnexusv1alpha1.AgentRun, *toolnexusv1alpha1.PendingRequest, *toolstest.Server, *looptest.Server) {
+	GinkgoHelper()
+	ns := newNamespace()
+	ts, model := newToolServer(), purchaseModel()
+	Expect(admin.Create(ctx, labelledSecret(ns))).To(Succeed())
+	run := gatedRun(ns, model.URL, ts)
+	Expect(admin.Create(ctx, run)).To(Succeed())
+	return ns, run, openRequest(run), ts, model
+}
+
 func getRun(run *toolnexusv1alpha1.AgentRun) *toolnexusv1alpha1.AgentRun {
 	got := &toolnexusv1alpha1.AgentRun{}
 	Expect(admin.Get(ctx, client.ObjectKeyFromObject(run), got)).To(Succeed())
@@ -157,12 +168,7 @@ var _ = Describe("A namespace editor who is no approver", func() {
 
 var _ = Describe("A record that disagrees with its request", func() {
 	It("fails the run closed and runs nothing", func() {
-		ns := newNamespace()
-		ts, model := newToolServer(), purchaseModel()
-		Expect(admin.Create(ctx, labelledSecret(ns))).To(Succeed())
-		run := gatedRun(ns, model.URL, ts)
-		Expect(admin.Create(ctx, run)).To(Succeed())
-		preq := openRequest(run)
+		ns, run, preq, ts, _ := parkedGatedRun()
 
 		By("the record's arguments for the call changed (as the manager: a bug or a disk fault)")
 		head := &toolnexusv1alpha1.AgentRunRecord{}
@@ -184,12 +190,7 @@ var _ = Describe("A record that disagrees with its request", func() {
 	})
 
 	It("fails the run closed when its record is deleted", func() {
-		ns := newNamespace()
-		ts, model := newToolServer(), purchaseModel()
-		Expect(admin.Create(ctx, labelledSecret(ns))).To(Succeed())
-		run := gatedRun(ns, model.URL, ts)
-		Expect(admin.Create(ctx, run)).To(Succeed())
-		preq := openRequest(run)
+		ns, run, preq, ts, model := parkedGatedRun()
 		Expect(admin.Delete(ctx, &toolnexusv1alpha1.AgentRunRecord{ObjectMeta: metav1.ObjectMeta{Name: "buy", Namespace: ns}})).To(Succeed())
 		approve(preq)
 		Eventually(succeeded(run), eventually).Should(Equal("False/" + toolnexusv1alpha1.ReasonStateMismatch))
