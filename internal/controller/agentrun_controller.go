@@ -190,11 +190,21 @@ func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
 		return err
 	}
 	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
-	if _, err := patchStatus(ctx, r.Client, s.run, s.before); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil // deleted while this reconcile worked on it: nothing is left to report on
-		}
+	key := runKey(s.run)
+	if s.inflight && !finished(s.run) && progressOnly(&s.before.Status, &s.run.Status) && !r.steps.reportDue(key, s.run.UID, s.now) {
+		// A running run's counters are reported at most every statusInterval; the record holds them.
+		s.emitEvents()
+		return nil
+	}
+	patched, err := patchStatus(ctx, r.Client, s.run, s.before)
+	if apierrors.IsNotFound(err) {
+		return nil // deleted while this reconcile worked on it: nothing is left to report on
+	}
+	if err != nil {
 		return err
+	}
+	if patched {
+		r.steps.reportedAt(key, s.run.UID, s.now)
 	}
 	s.emitEvents()
 	r.emitTransitions(s)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,6 +24,21 @@ const (
 	// maxStatusName bounds a tool name in status: the model may call a tool by any name.
 	maxStatusName = 256
 )
+
+// statusInterval is how often a running run's status is patched when only its counters and
+// summaries changed (turns, tool calls, usage): every transition (a phase, a condition, a request
+// opened or closed, the end) is patched at once.
+const statusInterval = 2 * time.Second
+
+// progressOnly reports whether after differs from before in the counters and summaries of a
+// running run alone.
+func progressOnly(before, after *toolnexusv1alpha1.AgentRunStatus) bool {
+	b, a := *before, *after
+	for _, s := range []*toolnexusv1alpha1.AgentRunStatus{&b, &a} {
+		s.Turns, s.ToolCallCount, s.Model, s.Usage, s.ToolCalls = 0, 0, "", toolnexusv1alpha1.Usage{}, nil
+	}
+	return equality.Semantic.DeepEqual(b, a)
+}
 
 // progress is what a reconcile learned that the record does not hold: why an active run is not
 // moving (a missing Secret, a retrying model) and which tool sources failed.

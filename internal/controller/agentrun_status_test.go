@@ -1,12 +1,14 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
@@ -132,3 +134,57 @@ func TestRequestName(t *testing.T) {
 
 // savedHead stands for a record that has been saved once.
 var savedHead = &toolnexusv1alpha1.AgentRunRecord{}
+
+// A running run's status is patched on every transition at once, and when only its counters
+// changed at most every statusInterval: the steps of a fast run do not each cost a status patch.
+func TestProjectReportsProgressAtMostEveryInterval(t *testing.T) {
+	run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
+	e := newDecisionEnv(t, run)
+	e.r.steps = newSteps()
+	ms := time.Millisecond
+	steps := []struct {
+		name     string
+		at       time.Duration
+		turn     int
+		inflight bool
+		progress progress
+		done     bool
+		patched  bool
+	}{
+		{name: "the first step started the run", at: 0, turn: 1, inflight: true, patched: true},
+		{name: "a turn soon after", at: 500 * ms, turn: 2, inflight: true},
+		{name: "another within the interval", at: 1900 * ms, turn: 3, inflight: true},
+		{name: "a turn once the interval has passed", at: 2100 * ms, turn: 4, inflight: true, patched: true},
+		{name: "a turn with no step in flight", at: 2200 * ms, turn: 5, patched: true},
+		{name: "a turn whose model failed", at: 2300 * ms, turn: 6, inflight: true, patched: true,
+			progress: progress{reason: toolnexusv1alpha1.ReasonModelRetrying, message: "retrying"}},
+		{name: "the turn retried", at: 2400 * ms, turn: 6, inflight: true, patched: true},
+		{name: "the end", at: 2500 * ms, turn: 7, done: true, patched: true},
+	}
+	for _, step := range steps {
+		cur := &toolnexusv1alpha1.AgentRun{}
+		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(run), cur); err != nil {
+			t.Fatal(err)
+		}
+		st := &loop.State{Turn: step.turn}
+		if step.done {
+			st.Status = loop.StatusDone
+		}
+		s := &scope{run: cur, before: cur.DeepCopy(), rec: &runRecord{State: st, head: savedHead}, spec: &cur.Spec,
+			requests: map[string]*toolnexusv1alpha1.PendingRequest{}, now: decisionNow.Add(step.at),
+			inflight: step.inflight, progress: step.progress}
+		patches := e.statusPatches
+		if err := e.r.project(context.Background(), s); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if got := e.statusPatches > patches; got != step.patched {
+			t.Errorf("%s: status patched %v, want %v", step.name, got, step.patched)
+		}
+		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(run), cur); err != nil {
+			t.Fatal(err)
+		}
+		if step.patched && cur.Status.Turns != int32(step.turn) {
+			t.Errorf("%s: status.turns %d, want %d", step.name, cur.Status.Turns, step.turn)
+		}
+	}
+}

@@ -44,19 +44,23 @@ type steps struct {
 	mu       sync.Mutex
 	outcomes map[types.NamespacedName]*stepOutcome
 	// retryAt is when a run whose model failed transiently may try again.
-	retryAt map[types.NamespacedName]retry
+	retryAt map[types.NamespacedName]runTime
+	// reported is when this process last patched a run's status.
+	reported map[types.NamespacedName]runTime
 	// wake tells the controller a step finished.
 	wake chan event.GenericEvent
 }
 
-type retry struct {
+// runTime is a time kept for the run with uid (a run deleted and created again under the same
+// name does not inherit it).
+type runTime struct {
 	uid types.UID
 	at  time.Time
 }
 
 func newSteps() *steps {
-	return &steps{outcomes: map[types.NamespacedName]*stepOutcome{}, retryAt: map[types.NamespacedName]retry{},
-		wake: make(chan event.GenericEvent, 1024)}
+	return &steps{outcomes: map[types.NamespacedName]*stepOutcome{}, retryAt: map[types.NamespacedName]runTime{},
+		reported: map[types.NamespacedName]runTime{}, wake: make(chan event.GenericEvent, 1024)}
 }
 
 func (s *steps) put(key types.NamespacedName, o *stepOutcome) {
@@ -79,7 +83,7 @@ func (s *steps) take(key types.NamespacedName, uid types.UID) *stepOutcome {
 
 func (s *steps) backoff(key types.NamespacedName, uid types.UID, at time.Time) {
 	s.mu.Lock()
-	s.retryAt[key] = retry{uid: uid, at: at}
+	s.retryAt[key] = runTime{uid: uid, at: at}
 	s.mu.Unlock()
 }
 
@@ -95,11 +99,28 @@ func (s *steps) notBefore(key types.NamespacedName, uid types.UID, now time.Time
 	return r.at
 }
 
+// reportedAt remembers that the run's status was patched at t.
+func (s *steps) reportedAt(key types.NamespacedName, uid types.UID, t time.Time) {
+	s.mu.Lock()
+	s.reported[key] = runTime{uid: uid, at: t}
+	s.mu.Unlock()
+}
+
+// reportDue reports whether the run's status was last patched by this process longer than
+// statusInterval before now (or never).
+func (s *steps) reportDue(key types.NamespacedName, uid types.UID, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.reported[key]
+	return !ok || r.uid != uid || now.Sub(r.at) >= statusInterval
+}
+
 // forget drops whatever is kept for a run that is gone or has ended.
 func (s *steps) forget(key types.NamespacedName) {
 	s.mu.Lock()
 	delete(s.outcomes, key)
 	delete(s.retryAt, key)
+	delete(s.reported, key)
 	s.mu.Unlock()
 }
 
