@@ -24,6 +24,13 @@ const DefaultMaxResponseBytes int64 = 16 << 20
 // MaxResponseHeaderBytes bounds the response headers of one request.
 const MaxResponseHeaderBytes = 1 << 20
 
+// Idle connections kept: in total, and to one host (the executor's default bounds of steps in
+// flight in total and per namespace).
+const (
+	MaxIdleConns        = 256
+	MaxIdleConnsPerHost = 64
+)
+
 // Config says what the manager's HTTP client may reach and read.
 type Config struct {
 	// Deny extends the default deny list (link-local: 169.254.0.0/16 and fe80::/10).
@@ -49,6 +56,10 @@ func (c Config) Transport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = dialer.DialContext
 	t.MaxResponseHeaderBytes = MaxResponseHeaderBytes
+	// Many runs share a few endpoints (one model provider): keep a connection per request in
+	// flight to it rather than http.DefaultTransport's 2, so a wave of steps does not dial (and
+	// handshake TLS) anew every turn.
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = MaxIdleConns, MaxIdleConnsPerHost
 	limit := c.MaxResponseBytes
 	if limit <= 0 {
 		limit = DefaultMaxResponseBytes
