@@ -25,6 +25,9 @@ type Job struct {
 	// Run does the I/O. Its context is cancelled by Cancel, and when the executor stops (the
 	// manager lost its leadership or is shutting down).
 	Run func(ctx context.Context)
+	// Done, when set, is called once Run has returned and the job's key and slot are free, with
+	// Run's context: what it wakes finds the key free to submit the job's successor.
+	Done func(ctx context.Context)
 }
 
 // Observer receives the executor's figures; nil methods are not called.
@@ -207,17 +210,26 @@ func (e *Executor) start(en *entry) {
 		defer e.wg.Done()
 		defer cancel()
 		en.job.Run(ctx)
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.inflight[share]--
-		if e.inflight[share] == 0 {
-			delete(e.inflight, share)
+		e.release(en)
+		if en.job.Done != nil {
+			en.job.Done(ctx)
 		}
-		e.total--
-		delete(e.byKey, en.job.Key)
-		e.report(share)
-		e.dispatch()
 	}()
+}
+
+// release frees the slot and the key of a job whose Run returned, and starts what waited for them.
+func (e *Executor) release(en *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	share := en.job.Share
+	e.inflight[share]--
+	if e.inflight[share] == 0 {
+		delete(e.inflight, share)
+	}
+	e.total--
+	delete(e.byKey, en.job.Key)
+	e.report(share)
+	e.dispatch()
 }
 
 // report tells the observer a share's figures. Called with mu held.

@@ -152,3 +152,25 @@ func TestObserver(t *testing.T) {
 	close(g.release)
 	waitFor(t, "a/1 to end", func() bool { mu.Lock(); defer mu.Unlock(); return inflight["a"] == 0 })
 }
+
+// Done runs once the job's key is free: a run woken by it can submit its next step at once.
+func TestDoneFindsTheKeyFree(t *testing.T) {
+	e := New(1, 1, Observer{})
+	start(t, e)
+	type seen struct{ busy, resubmitted bool }
+	got := make(chan seen, 1)
+	e.Submit(Job{Key: "run", Share: "ns", Run: func(context.Context) {},
+		Done: func(context.Context) {
+			s := seen{busy: e.Busy("run")}
+			s.resubmitted = e.Submit(Job{Key: "run", Share: "ns", Run: func(context.Context) {}})
+			got <- s
+		}})
+	select {
+	case s := <-got:
+		if s.busy || !s.resubmitted {
+			t.Errorf("in Done: Busy %v, a new job with the key accepted %v; want false, true", s.busy, s.resubmitted)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done was not called")
+	}
+}
