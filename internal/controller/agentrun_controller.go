@@ -142,7 +142,15 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if finished(run) {
 		return r.reconcileFinished(ctx, run)
 	}
-	rec, err := r.loadRecord(ctx, run)
+	// The step in flight, if any, is seen once: its outcome is taken only when its job has ended,
+	// and then applied to the record it started from.
+	key := runKey(run)
+	busy := r.Executor.Busy(key.String())
+	var outcome *stepOutcome
+	if !busy {
+		outcome = r.steps.take(key, run.UID)
+	}
+	rec, err := r.loadRecord(ctx, run, outcome)
 	var bad *corruptError
 	if errors.As(err, &bad) {
 		// The run cannot go on; its status says why, its requests are closed, and nothing runs.
@@ -151,7 +159,7 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
-	s := &scope{run: run, before: run.DeepCopy(), rec: rec, now: r.Clock.Now()}
+	s := &scope{run: run, before: run.DeepCopy(), rec: rec, now: r.Clock.Now(), busy: busy, outcome: outcome}
 	if s.requests, err = r.requestsOf(ctx, run); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -229,6 +237,10 @@ type scope struct {
 	events []func()
 	// inflight is set when a step of the run is in the executor.
 	inflight bool
+	// busy says a step of the run was in the executor when the reconcile began, and outcome is
+	// what the run's last step left when it was not.
+	busy    bool
+	outcome *stepOutcome
 }
 
 // event queues an event to record after this reconcile's writes.
@@ -255,11 +267,11 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	if s.rec.State.Ended() {
 		return ctrl.Result{}, nil
 	}
-	if r.Executor.Busy(key.String()) {
+	if s.busy {
 		s.inflight = true // its end wakes the run
 		return ctrl.Result{}, nil
 	}
-	if o := r.steps.take(key, s.run.UID); o != nil && r.applyStep(s, o) {
+	if o := s.outcome; o != nil && r.applyStep(s, o) {
 		if err := r.save(ctx, s); err != nil || s.rec.State.Ended() {
 			return ctrl.Result{}, err
 		}

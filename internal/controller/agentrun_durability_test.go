@@ -1,6 +1,8 @@
 package controller_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -202,5 +204,51 @@ var _ = Describe("A damaged transcript", func() {
 		Expect(getRun(run).Status.Phase).To(Equal(toolnexusv1alpha1.RunPhaseFailed))
 		Expect(condition(run, toolnexusv1alpha1.ConditionSucceeded).Message).To(ContainSubstring("decoding the record AgentRunRecord damaged"))
 		Expect(ts.Calls()).To(HaveLen(1), "nothing runs from a damaged record")
+	})
+})
+
+var _ = Describe("A record written by another writer while a step is in flight", func() {
+	It("does not save the step over it: the save conflicts and the step is taken again from a fresh read", func() {
+		ns := newNamespace()
+		release := make(chan struct{})
+		var calls atomic.Int32
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) {
+			if calls.Add(1) == 1 {
+				<-release // the first call is in flight while the record changes
+			}
+			return 200, "done"
+		})
+		model := looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "work", Arguments: "{}"}),
+			looptest.OpenAIText("first"), looptest.OpenAIText("again"))
+		run := newRun(ns, "rewritten", model.URL, ts, "work")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(calls.Load, eventually).Should(Equal(int32(1)))
+
+		// Only the manager can write records; the suite's client stands in for another writer.
+		// The same state in other bytes: the gzip header names a file.
+		rec := &toolnexusv1alpha1.AgentRunRecord{}
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rewritten"}, rec)).To(Succeed())
+		zr, err := gzip.NewReader(bytes.NewReader(rec.Data))
+		Expect(err).NotTo(HaveOccurred())
+		raw, err := io.ReadAll(zr)
+		Expect(err).NotTo(HaveOccurred())
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Name = "rewritten"
+		_, err = zw.Write(raw)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(zw.Close()).To(Succeed())
+		Expect(buf.Bytes()).NotTo(Equal(rec.Data))
+		rec.Data = buf.Bytes()
+		Expect(k8sClient.Update(ctx, rec)).To(Succeed())
+		close(release)
+
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(getRun(run).Status.Text).To(Equal("again"), "the outcome of the step that started from the old record was not saved")
+		got := ts.Calls()
+		Expect(got).To(HaveLen(2))
+		Expect(got[1].IdempotencyKey).To(Equal(got[0].IdempotencyKey), "the step ran again as the same call")
+		Expect(model.Requests()).To(HaveLen(3))
 	})
 })

@@ -127,7 +127,7 @@ func BenchmarkSaveRecord(b *testing.B) {
 		b.Run(fmt.Sprintf("load/turns=%d", turns), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := r.loadRecord(ctx, run); err != nil {
+				if _, err := r.loadRecord(ctx, run, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -362,7 +362,7 @@ func TestAnnounce(t *testing.T) {
 			if tc.call.Approval != nil && tc.wantName == plain {
 				t.Errorf("the tool's own request has the gate's name %s", plain)
 			}
-			saved, err := e.r.loadRecord(ctx, run)
+			saved, err := e.r.loadRecord(ctx, run, nil)
 			if err != nil || !saved.started() {
 				t.Fatalf("the record was not saved: %v", err)
 			}

@@ -103,14 +103,14 @@ func recordName(run string, n int) string {
 	return short + suffix
 }
 
-// loadRecord reads the run's record, uncached: the informer may lag behind the previous step's
-// write, and re-running a step because of a stale read would repeat a model call. A missing head
-// means the run has not started, unless its status says it has: then the record was deleted,
-// and the run fails closed rather than start over.
-func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (*runRecord, error) {
+// loadRecord reads the run's record: the head a finished step started from (o), which this
+// process just wrote or read, or else the API's, uncached: the informer may lag behind the
+// previous step's write, and re-running a step because of a stale read would repeat a model call.
+// A missing head means the run has not started, unless its status says it has: then the record
+// was deleted, and the run fails closed rather than start over.
+func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alpha1.AgentRun, o *stepOutcome) (*runRecord, error) {
 	fresh := &runRecord{State: loop.NewState(run.Spec.Prompt)}
-	head := &toolnexusv1alpha1.AgentRunRecord{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: recordName(run.Name, 0)}, head)
+	head, err := r.headOf(ctx, run, o)
 	if apierrors.IsNotFound(err) {
 		if run.Status.TranscriptRef != nil || run.Status.StartTime != nil {
 			return nil, mismatch("the run has started but its record AgentRunRecord %s is gone", recordName(run.Name, 0))
@@ -155,6 +155,20 @@ func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alp
 		return nil, corrupt("%w", err)
 	}
 	return &runRecord{State: h.State, segments: h.Segments, agent: h.Agent, head: head}, nil
+}
+
+// headOf is the head of the run's record, as the step o started from it, or read from the API
+// when o is nil.
+func (r *AgentRunReconciler) headOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun, o *stepOutcome) (*toolnexusv1alpha1.AgentRunRecord, error) {
+	name := recordName(run.Name, 0)
+	if o != nil {
+		if o.head == nil {
+			return nil, apierrors.NewNotFound(toolnexusv1alpha1.GroupVersion.WithResource("agentrunrecords").GroupResource(), name)
+		}
+		return o.head, nil
+	}
+	head := &toolnexusv1alpha1.AgentRunRecord{}
+	return head, r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: name}, head)
 }
 
 func (r *AgentRunReconciler) loadSegment(ctx context.Context, run *toolnexusv1alpha1.AgentRun, n int, ref record.SegmentRef, budget int) (*record.Segment, int, error) {

@@ -28,7 +28,12 @@ import (
 type stepOutcome struct {
 	uid types.UID
 	// base is the version of the record the step started from: the outcome applies only to it.
-	base  string
+	base string
+	// head is the head of the record the step started from, as this process wrote or read it
+	// (nil when none was saved): the reconcile that takes the outcome reads the record from it
+	// instead of from the API. Another writer meanwhile makes the save conflict, and the step is
+	// taken again from a fresh read.
+	head  *toolnexusv1alpha1.AgentRunRecord
 	state *loop.State
 	err   error
 	// toolsBuilt says whether the MCP servers were connected, and mcpFailures which failed.
@@ -142,7 +147,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 	if err := json.Unmarshal(raw, st); err != nil {
 		return fmt.Errorf("copying the run's state: %w", err)
 	}
-	key, uid, base, events := runKey(s.run), s.run.UID, s.rec.version(), s.events
+	key, uid, base, head, events := runKey(s.run), s.run.UID, s.rec.version(), s.rec.head, s.events
 	if s.dirty {
 		s.events = nil
 	} else {
@@ -151,7 +156,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 	wake := &toolnexusv1alpha1.AgentRun{}
 	wake.Name, wake.Namespace = s.run.Name, s.run.Namespace
 	r.Executor.Submit(executor.Job{Key: key.String(), Share: s.run.Namespace, Run: func(ctx context.Context) {
-		o := &stepOutcome{uid: uid, base: base, state: st, events: events}
+		o := &stepOutcome{uid: uid, base: base, head: head, state: st, events: events}
 		var tk *tools.Toolkit
 		tk, o.mcpFailures, o.err = rt.toolkit(ctx)
 		if o.err == nil {
@@ -159,6 +164,8 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 			o.err = takeSteps(ctx, rt.client, st, tk, r.maxTranscriptRawBytes())
 		}
 		r.steps.put(key, o)
+	}, Done: func(ctx context.Context) {
+		// Once the key is free: the reconcile it wakes finds the step over and takes its outcome.
 		r.steps.notify(ctx, wake)
 	}})
 	return nil
