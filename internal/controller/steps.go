@@ -161,7 +161,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 		tk, o.mcpFailures, o.err = rt.toolkit(ctx)
 		if o.err == nil {
 			o.toolsBuilt = true
-			o.err = takeSteps(ctx, rt.client, st, tk, r.maxTranscriptRawBytes())
+			o.err = rt.client.StepUntilSaved(ctx, st, tk, r.maxTranscriptRawBytes())
 		}
 		r.steps.put(key, o)
 	}, Done: func(ctx context.Context) {
@@ -169,44 +169,6 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 		r.steps.notify(ctx, wake)
 	}})
 	return nil
-}
-
-// takeSteps runs the steps the state allows in one go: the tool calls of the turn and then the next
-// model turn, stopping after a model turn that asks for tool calls, so that it is saved before
-// they run, and before a model turn when the transcript has outgrown what a run may hold, so that
-// the save ends the run instead of the transcript going to the model.
-func takeSteps(ctx context.Context, c *loop.Client, st *loop.State, tk *tools.Toolkit, maxRaw int) error {
-	for {
-		next := st.Next()
-		if next != loop.ActionModelTurn && next != loop.ActionToolCalls {
-			return nil
-		}
-		if next == loop.ActionModelTurn && transcriptSize(st) > maxRaw {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		res, err := c.Step(ctx, st, tk)
-		if err != nil {
-			return err
-		}
-		if res.Action == loop.ActionModelTurn && st.Next() == loop.ActionToolCalls {
-			return nil
-		}
-	}
-}
-
-// transcriptSize is what the transcript's texts add up to: a lower bound of its encoded size.
-func transcriptSize(st *loop.State) int {
-	n := 0
-	for _, m := range st.Messages {
-		n += len(m.Content)
-		for _, tc := range m.ToolCalls {
-			n += len(tc.Arguments)
-		}
-	}
-	return n
 }
 
 // applyStep takes the outcome of the run's finished step into its state. It reports false when

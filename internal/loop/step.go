@@ -32,6 +32,46 @@ func (c *Client) Step(ctx context.Context, st *State, tk *tools.Toolkit) (StepRe
 	}
 }
 
+// StepUntilSaved takes the steps st allows in one go, for a caller that persists st in between
+// (the controller's executor): the tool calls of the turn and then the next model turn. It stops
+// after a model turn that asks for tool calls, so that the turn is saved before they run; when the
+// run waits (a suspension) or has ended; and before a model turn once the transcript's texts
+// outgrow maxTranscript bytes, so that the save ends the run instead of the transcript going to
+// the model. On error st keeps the steps taken before it.
+func (c *Client) StepUntilSaved(ctx context.Context, st *State, tk *tools.Toolkit, maxTranscript int) error {
+	for {
+		next := st.Next()
+		if next != ActionModelTurn && next != ActionToolCalls {
+			return nil
+		}
+		if next == ActionModelTurn && transcriptSize(st) > maxTranscript {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := c.Step(ctx, st, tk)
+		if err != nil {
+			return err
+		}
+		if res.Action == ActionModelTurn && st.Next() == ActionToolCalls {
+			return nil
+		}
+	}
+}
+
+// transcriptSize is what the transcript's texts add up to: a lower bound of its encoded size.
+func transcriptSize(st *State) int {
+	n := 0
+	for _, m := range st.Messages {
+		n += len(m.Content)
+		for _, tc := range m.ToolCalls {
+			n += len(tc.Arguments)
+		}
+	}
+	return n
+}
+
 func (c *Client) modelTurn(ctx context.Context, st *State, tk *tools.Toolkit) error {
 	if st.Turn >= c.opts.MaxTurns {
 		// Reached only when MaxTurns shrank between processes; the tool step normally ends the run.
