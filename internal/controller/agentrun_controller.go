@@ -309,6 +309,13 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	case err != nil:
 		return ctrl.Result{}, err
 	}
+	if !s.rec.started() {
+		// The record exists before the first step, as a run of an Agent's does with its snapshot:
+		// the run is started from then on, and its status says so in the same write.
+		if err := r.save(ctx, s); err != nil || s.rec.State.Ended() {
+			return ctrl.Result{}, err
+		}
+	}
 	if err := r.submitStep(s, rt); err != nil {
 		return ctrl.Result{}, err
 	}

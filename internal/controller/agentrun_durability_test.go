@@ -140,6 +140,11 @@ var _ = Describe("AgentRun durability", Ordered, func() {
 		run := newRun(ns, "in-flight", model.URL+"/v1", nil)
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		Eventually(inFlight, eventually).Should(BeClosed())
+		// The record is written before the first step: the run has started while its first
+		// model request is in flight, and a restart does not take it for a run whose record was lost.
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseRunning))
+		Expect(getRun(run).Status.TranscriptRef).NotTo(BeNil())
+		Expect(getRun(run).Status.StartTime).NotTo(BeNil())
 		restartManager()
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
 		Expect(getRun(run).Status.Text).To(Equal("made it"))
