@@ -162,7 +162,8 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
-	s := &scope{run: run, before: run.DeepCopy(), rec: rec, now: r.Clock.Now(), busy: busy, outcome: outcome}
+	s := &scope{run: run, before: run.DeepCopy(), rec: rec, now: r.Clock.Now(), busy: busy, outcome: outcome,
+		startedAtLoad: rec.started(), endedAtLoad: bad == nil && rec.State.Ended()}
 	if s.requests, err = r.requestsOf(ctx, run); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -244,6 +245,10 @@ type scope struct {
 	// what the run's last step left when it was not.
 	busy    bool
 	outcome *stepOutcome
+	// startedAtLoad and endedAtLoad say whether the record was saved, and saved ended, when the
+	// reconcile began: the run's start and end events are recorded by the reconcile that saved
+	// them, whatever the cache's copy of the status says.
+	startedAtLoad, endedAtLoad bool
 }
 
 // event queues an event to record after this reconcile's writes.
@@ -361,11 +366,13 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *toolnex
 	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, run, client.PropagationPolicy("Background")))
 }
 
-// emitTransitions records the events of the run's status transitions, from the difference between
-// the status before this reconcile and the one just written.
+// emitTransitions records the events of the run's transitions: its start and end from the record
+// this reconcile saved (the cache's copy of the status may not show the last patch yet, and an
+// event must not repeat), and why it waits from the difference between the status before this
+// reconcile and the one just written.
 func (r *AgentRunReconciler) emitTransitions(s *scope) {
 	before, after := conditionOf(s.before, toolnexusv1alpha1.ConditionSucceeded), conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
-	if s.before.Status.StartTime == nil && s.run.Status.StartTime != nil {
+	if !s.startedAtLoad && s.rec.started() {
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.spec.Model.Name)
 	}
 	waiting := after.Reason == toolnexusv1alpha1.ReasonSecretNotFound || after.Reason == toolnexusv1alpha1.ReasonSecretNotAllowed ||
@@ -373,7 +380,7 @@ func (r *AgentRunReconciler) emitTransitions(s *scope) {
 	if waiting && before.Reason != after.Reason {
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, after.Reason, actionStep, "%s; the run starts when it is resolved", after.Message)
 	}
-	if finished(s.before) || !finished(s.run) {
+	if s.endedAtLoad || !s.rec.State.Ended() {
 		return
 	}
 	switch after.Reason {

@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -467,3 +468,40 @@ var _ = Describe("AgentRun with a spec that passed admission but cannot run", fu
 		Expect(model.Requests()).To(HaveLen(1), "not retried as a model failure")
 	})
 })
+
+var _ = Describe("AgentRun events", func() {
+	It("records the run's start and end once, however fast its turns follow each other", func() {
+		ns := newNamespace()
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, "done" })
+		var replies []looptest.Reply
+		for i := range 5 {
+			replies = append(replies, looptest.OpenAIToolCalls(looptest.ToolCall{ID: fmt.Sprintf("call_%d", i), Name: "work", Arguments: "{}"}))
+		}
+		model := looptest.New(GinkgoT(), append(replies, looptest.OpenAIText("all done"))...)
+		run := newRun(ns, "fast-turns", model.URL, ts, "work")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(getRun(run).Status.Turns).To(Equal(int32(6)))
+		for _, reason := range []string{"RunStarted", "RunSucceeded"} {
+			Eventually(func() int { return occurrences(run, reason) }, eventually).Should(Equal(1), reason)
+			Consistently(func() int { return occurrences(run, reason) }, "1s").Should(Equal(1), reason)
+		}
+	})
+})
+
+// occurrences counts the run's events with reason, a series of isomorphic events counting each.
+func occurrences(run *toolnexusv1alpha1.AgentRun, reason string) int {
+	var list eventsv1.EventList
+	Expect(k8sClient.List(ctx, &list, client.InNamespace(run.Namespace))).To(Succeed())
+	n := 0
+	for _, e := range list.Items {
+		if e.Regarding.Name != run.Name || e.Reason != reason {
+			continue
+		}
+		n++
+		if e.Series != nil {
+			n += int(e.Series.Count) - 1
+		}
+	}
+	return n
+}

@@ -91,7 +91,12 @@ func setFields(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 	if rec.started() {
 		s.TranscriptRef = &toolnexusv1alpha1.TranscriptReference{Name: recordName(run.Name, 0)}
 		if s.StartTime == nil {
-			s.StartTime = &metav1.Time{Time: now}
+			// When the record was created: the same in every reconcile, whatever the cache shows.
+			start := rec.head.CreationTimestamp
+			if start.IsZero() {
+				start = metav1.Time{Time: now}
+			}
+			s.StartTime = &start
 		}
 	}
 }

@@ -188,3 +188,40 @@ func TestProjectReportsProgressAtMostEveryInterval(t *testing.T) {
 		}
 	}
 }
+
+// The run's start and end events come from the record the reconcile saved, not from the cache's
+// copy of the status, which may not show the last patch yet: each is recorded once.
+func TestEmitTransitionsOnce(t *testing.T) {
+	started := func(done bool) runRecord {
+		st := &loop.State{Turn: 1}
+		if done {
+			st.Status = loop.StatusDone
+		}
+		return runRecord{State: st, head: savedHead}
+	}
+	cases := map[string]struct {
+		rec                        runRecord
+		startedAtLoad, endedAtLoad bool
+		want                       []string
+	}{
+		"the reconcile that created the record":                {rec: started(false), want: []string{"Normal RunStarted"}},
+		"a later reconcile whose cache lacks the start":        {rec: started(false), startedAtLoad: true},
+		"the reconcile that saved the end":                     {rec: started(true), startedAtLoad: true, want: []string{"Normal RunSucceeded"}},
+		"a later reconcile whose cache lacks the end":          {rec: started(true), startedAtLoad: true, endedAtLoad: true},
+		"a run created and ended by one reconcile (fast path)": {rec: started(true), want: []string{"Normal RunStarted", "Normal RunSucceeded"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
+			e := newDecisionEnv(t)
+			rec := tc.rec
+			s := decisionScope(run, rec.State, nil)
+			s.rec, s.startedAtLoad, s.endedAtLoad = &rec, tc.startedAtLoad, tc.endedAtLoad
+			setStatus(s.run, s.rec, nil, progress{}, decisionNow) // the cache's copy (s.before) has no status
+			e.r.emitTransitions(s)
+			if diff := cmp.Diff(tc.want, e.recorded()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
