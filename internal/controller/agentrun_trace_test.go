@@ -28,14 +28,16 @@ func spansOf(tid trace.TraceID) map[string][]tracetest.SpanStub {
 	return out
 }
 
-func spanAttr(s tracetest.SpanStub, key attribute.Key) string {
+func spanValue(s tracetest.SpanStub, key attribute.Key) attribute.Value {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
-			return kv.Value.Emit()
+			return kv.Value
 		}
 	}
-	return ""
+	return attribute.Value{}
 }
+
+func spanAttr(s tracetest.SpanStub, key attribute.Key) string { return spanValue(s, key).String() }
 
 // answerAs answers p as user would, through the status subresource.
 func answerAs(p *toolnexusv1alpha1.PendingRequest, user, answerJSON string) {
@@ -99,7 +101,7 @@ var _ = Describe("AgentRun traces", Ordered, func() {
 		Expect(spanAttr(retry, "gen_ai.tool.call.id")).To(Equal("call_1"))
 		chat := all["chat gpt-4o-mini"][1]
 		Expect(spanAttr(chat, "gen_ai.request.model")).To(Equal("gpt-4o-mini"))
-		Expect(spanAttr(chat, "gen_ai.response.finish_reasons")).To(Equal(`["stop"]`))
+		Expect(spanValue(chat, "gen_ai.response.finish_reasons").AsStringSlice()).To(Equal([]string{"stop"}))
 		Expect(spanAttr(chat, "gen_ai.usage.input_tokens")).To(Equal("10"))
 
 		By("the suspension spans the request's life and says who answered")

@@ -63,7 +63,7 @@ func (m *anthropicModel) complete(ctx context.Context, req modelRequest) (modelR
 	}
 	in, outTok := int(msg.Usage.InputTokens), int(msg.Usage.OutputTokens)
 	out := modelResponse{Usage: Usage{PromptTokens: in, CompletionTokens: outTok, TotalTokens: in + outTok},
-		Model: string(msg.Model), FinishReason: string(msg.StopReason)}
+		Model: msg.Model, FinishReason: string(msg.StopReason)}
 	var text []string
 	for _, b := range msg.Content {
 		switch b.Type {

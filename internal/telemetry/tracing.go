@@ -124,7 +124,7 @@ type RunEnd struct {
 	Start, End time.Time
 	// Reason is the Succeeded condition's reason; Failed is set when the run failed, Message then
 	// says why.
-	Reason, Message string
+	Reason, Message           string
 	Failed                    bool
 	Model                     string
 	Turns                     int
