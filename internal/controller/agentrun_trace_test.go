@@ -1,8 +1,16 @@
 package controller_test
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"go.opentelemetry.io/otel/attribute"
@@ -38,6 +46,46 @@ func spanValue(s tracetest.SpanStub, key attribute.Key) attribute.Value {
 }
 
 func spanAttr(s tracetest.SpanStub, key attribute.Key) string { return spanValue(s, key).String() }
+
+// traceparentOf is the W3C traceparent a request made inside s carries.
+func traceparentOf(s trace.SpanContext) string {
+	return "00-" + s.TraceID().String() + "-" + s.SpanID().String() + "-01"
+}
+
+// startTracedMCP serves an MCP server with a ping tool and returns the traceparent headers it
+// received, by JSON-RPC method.
+func startTracedMCP() (string, func() map[string][]string) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "echo", Version: "v0"}, nil)
+	server.AddTool(&mcp.Tool{Name: "ping", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pong"}}}, nil
+		})
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var msg struct {
+			Method string `json:"method"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		mu.Lock()
+		seen[msg.Method] = append(seen[msg.Method], r.Header.Get("traceparent"))
+		mu.Unlock()
+		handler.ServeHTTP(w, r)
+	}))
+	DeferCleanup(srv.Close)
+	return srv.URL, func() map[string][]string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string][]string{}
+		for k, v := range seen {
+			out[k] = append([]string(nil), v...)
+		}
+		return out
+	}
+}
 
 // answerAs answers p as user would, through the status subresource.
 func answerAs(p *toolnexusv1alpha1.PendingRequest, user, answerJSON string) {
@@ -122,9 +170,35 @@ var _ = Describe("AgentRun traces", Ordered, func() {
 		calls := ts.Calls()
 		Expect(calls).To(HaveLen(2))
 		for i, c := range calls {
-			s := all["execute_tool approve"][i].SpanContext
-			Expect(c.Header.Get("traceparent")).To(Equal("00-" + s.TraceID().String() + "-" + s.SpanID().String() + "-01"))
+			Expect(c.Header.Get("traceparent")).To(Equal(traceparentOf(all["execute_tool approve"][i].SpanContext)))
 		}
+	})
+
+	It("sends an MCP server the traceparent of the run span while connecting and of the execute_tool span for a call", func() {
+		url, seen := startTracedMCP()
+		model := looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "echo_ping", Arguments: "{}"}),
+			looptest.OpenAIText("pong"))
+		run := newRun(ns, "mcp-traced", model.URL, nil)
+		run.Spec.MCPServers = []toolnexusv1alpha1.MCPServerSpec{{Name: "echo", URL: url}}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		uid := string(getRun(run).UID)
+		tid := telemetry.TraceID(uid)
+		Eventually(func() map[string][]tracetest.SpanStub { return spansOf(tid) }, eventually).Should(HaveKey("execute_tool echo_ping"))
+		var calls []string
+		for _, s := range spansOf(tid)["execute_tool echo_ping"] {
+			Expect(spanAttr(s, "toolnexus.tool.source")).To(Equal("mcp"))
+			calls = append(calls, traceparentOf(s.SpanContext))
+		}
+		// The MCP client may open a session again within a call: whatever it sends is in the run's trace.
+		for method, headers := range seen() {
+			Expect(headers).To(HaveEach(HavePrefix("00-"+tid.String()+"-")), method)
+		}
+		Expect(seen()["tools/call"]).NotTo(BeEmpty())
+		Expect(seen()["tools/call"]).To(HaveEach(BeElementOf(calls)), "a call carries its execute_tool span")
+		runSpan := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: telemetry.RunSpanID(uid)})
+		Expect(seen()["initialize"]).To(ContainElement(traceparentOf(runSpan)), "connecting, the step carries the run span")
 	})
 
 	It("makes a run with a traceparent annotation a child of the caller's span", func() {
