@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -31,9 +32,12 @@ func NewProvider(opts ...sdktrace.TracerProviderOption) *sdktrace.TracerProvider
 // ProviderFromEnv configures tracing from the standard OpenTelemetry environment: traces are on
 // when OTEL_TRACES_EXPORTER is otlp, or when it is unset and OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; they are sent over OTLP/HTTP (protobuf), and the
-// exporter reads the rest of its OTEL_EXPORTER_OTLP_* settings itself. It returns nil when traces
-// are off.
+// exporter reads the rest of its OTEL_EXPORTER_OTLP_* settings itself. OTEL_SDK_DISABLED=true
+// turns them off whatever else is set. It returns nil when traces are off.
 func ProviderFromEnv(ctx context.Context) (*sdktrace.TracerProvider, error) {
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
+		return nil, nil
+	}
 	switch exporter := os.Getenv("OTEL_TRACES_EXPORTER"); exporter {
 	case "none":
 		return nil, nil
