@@ -115,9 +115,9 @@ func (r *AgentRunReconciler) consume(ctx context.Context, s *scope, call loop.Ca
 	s.dirty = true
 	s.event(func() {
 		r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, outcomeOf(a)).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
-		outcome := telemetry.OutcomeAnswered
-		if !a.OK {
-			outcome = telemetry.OutcomeDeclined
+		outcome := outcomeOf(a) // declined, expired or cancelled, as the metric says
+		if a.OK {
+			outcome = telemetry.OutcomeAnswered
 		}
 		r.traceSuspension(ctx, s.run, preq, outcome, s.now)
 		r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventRequestAnswered, actionAnswer,

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
@@ -16,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -199,6 +201,33 @@ var _ = Describe("AgentRun traces", Ordered, func() {
 		Expect(seen()["tools/call"]).To(HaveEach(BeElementOf(calls)), "a call carries its execute_tool span")
 		runSpan := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: telemetry.RunSpanID(uid)})
 		Expect(seen()["initialize"]).To(ContainElement(traceparentOf(runSpan)), "connecting, the step carries the run span")
+	})
+
+	It("ends a suspension's span as expired, or as cancelled when the run is cancelled", func() {
+		ts := approvalServer()
+		expiring := newRun(ns, "expiring", looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}),
+			looptest.OpenAIText("nobody answered")).URL, ts, "approve")
+		expiring.Spec.Suspension = &toolnexusv1alpha1.SuspensionPolicy{Timeout: &metav1.Duration{Duration: time.Second}, OnTimeout: toolnexusv1alpha1.OnTimeoutDecline}
+		cancelled := newRun(ns, "cancelled", looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"})).URL, ts, "approve")
+		Expect(k8sClient.Create(ctx, expiring)).To(Succeed())
+		Expect(k8sClient.Create(ctx, cancelled)).To(Succeed())
+		waitSuspended(cancelled, 1)
+		Expect(k8sClient.Patch(ctx, getRun(cancelled), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`)))).To(Succeed())
+		for run, want := range map[*toolnexusv1alpha1.AgentRun][]string{
+			expiring:  {"expired", toolnexusv1alpha1.ExpiredAnswerer, toolnexusv1alpha1.ReasonCompleted},
+			cancelled: {"cancelled", "", toolnexusv1alpha1.ReasonCancelled},
+		} {
+			tid := telemetry.TraceID(string(getRun(run).UID))
+			Eventually(func() map[string][]tracetest.SpanStub { return spansOf(tid) }, eventually).Should(HaveKey("invoke_agent " + run.Name))
+			all := spansOf(tid)
+			Expect(all["toolnexus.suspension approval"]).To(HaveLen(1), run.Name)
+			susp := all["toolnexus.suspension approval"][0]
+			Expect(spanAttr(susp, "toolnexus.suspension.outcome")).To(Equal(want[0]), run.Name)
+			Expect(spanAttr(susp, "toolnexus.suspension.answered_by")).To(Equal(want[1]), run.Name)
+			Expect(spanAttr(all["invoke_agent "+run.Name][0], "toolnexus.agentrun.reason")).To(Equal(want[2]), run.Name)
+		}
 	})
 
 	It("makes a run with a traceparent annotation a child of the caller's span", func() {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/tools/wire"
 )
 
 // Attribute keys of our own, beside the semantic conventions'.
@@ -33,12 +34,12 @@ const (
 	instrumentationName = "github.com/toolnexus/operator"
 )
 
-// Suspension outcomes.
+// Suspension outcomes; a refusal's are the suspension wire protocol's reasons.
 const (
 	OutcomeAnswered  = "answered"
-	OutcomeDeclined  = "declined"
-	OutcomeExpired   = "expired"
-	OutcomeCancelled = "cancelled"
+	OutcomeDeclined  = wire.ReasonDeclined
+	OutcomeExpired   = wire.ReasonExpired
+	OutcomeCancelled = wire.ReasonCancelled
 )
 
 // Tracing writes the spans of runs. A nil *Tracing writes none, so callers need not check.
