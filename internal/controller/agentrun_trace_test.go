@@ -95,7 +95,7 @@ func answerAs(p *toolnexusv1alpha1.PendingRequest, user, answerJSON string) {
 	Expect(k8sClient.Status().Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
 }
 
-var _ = Describe("AgentRun traces", Ordered, func() {
+var _ = Describe("AgentRun traces", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
 
