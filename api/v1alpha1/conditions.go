@@ -102,6 +102,11 @@ const ExpiredAnswerer = "system:expired"
 // RunLabel is set on every PendingRequest and AgentRunRecord to the name of its AgentRun.
 const RunLabel = "toolnexus.dev/run"
 
+// TraceparentAnnotation, set on an AgentRun to a W3C traceparent
+// (00-<trace id>-<span id>-<flags>), makes the run's trace a child of the caller's span (a
+// pipeline, a CronJob) when the manager exports traces. A malformed value is ignored.
+const TraceparentAnnotation = "toolnexus.dev/traceparent"
+
 // SecretAccessLabel marks a Secret that AgentRuns may read when the manager runs with
 // --require-secret-label; its value must be "true".
 const SecretAccessLabel = "toolnexus.dev/agentrun-access"

@@ -2,12 +2,14 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -26,6 +28,7 @@ import (
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/netguard"
+	"github.com/toolnexus/operator/internal/telemetry"
 )
 
 func main() {
@@ -36,7 +39,7 @@ func main() {
 		maxConcurrent, maxTranscriptMiB   int
 		maxTranscriptRawMiB, maxToolCalls int
 		maxInflight, maxInflightPerNS     int
-		requireSecretLabel                bool
+		requireSecretLabel, traceContent  bool
 		denyCIDRs, allowCIDRs             string
 		maxResponseMiB                    int64
 	)
@@ -57,6 +60,7 @@ func main() {
 	flag.StringVar(&denyCIDRs, "deny-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may not reach, in addition to link-local (169.254.0.0/16, fe80::/10).")
 	flag.StringVar(&allowCIDRs, "allow-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may reach even when denied, link-local included.")
 	flag.Int64Var(&maxResponseMiB, "max-response-size", netguard.DefaultMaxResponseBytes>>20, "How many MiB of one model, HTTP tool or MCP response body the manager reads before it fails the request.")
+	flag.BoolVar(&traceContent, "trace-content", false, "Record prompts, tool arguments and tool outputs (Secret values redacted) in trace spans; traces are on when the OTEL_* environment configures an OTLP exporter.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -66,6 +70,17 @@ func main() {
 	if err != nil {
 		log.Error(err, "Invalid network guard flags")
 		os.Exit(1)
+	}
+
+	tp, err := telemetry.ProviderFromEnv(context.Background())
+	if err != nil {
+		log.Error(err, "Invalid OpenTelemetry environment")
+		os.Exit(1)
+	}
+	var tracing *telemetry.Tracing
+	if tp != nil {
+		tracing = telemetry.New(tp, traceContent)
+		log.Info("Exporting traces over OTLP/HTTP", "recordContent", traceContent)
 	}
 
 	scheme := runtime.NewScheme()
@@ -110,6 +125,7 @@ func main() {
 		MaxInflight:             maxInflight,
 		MaxInflightPerNamespace: maxInflightPerNS,
 		HTTPClient:              httpClient,
+		Tracing:                 tracing,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up the AgentRun controller")
 		os.Exit(1)
@@ -127,7 +143,16 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("Starting the manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	err = mgr.Start(ctrl.SetupSignalHandler())
+	if tp != nil {
+		// The spans of the last steps are still batched: send them before the process goes.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := tp.Shutdown(ctx); err != nil {
+			log.Error(err, "Flushing the last traces")
+		}
+		cancel()
+	}
+	if err != nil {
 		log.Error(err, "The manager stopped with an error")
 		os.Exit(1)
 	}

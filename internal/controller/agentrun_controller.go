@@ -34,6 +34,7 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/telemetry"
 )
 
 // The first backoff delay of a transient model failure (loop.Backoff doubles it per failure).
@@ -92,6 +93,8 @@ type AgentRunReconciler struct {
 	// MaxInflight bounds the steps (model requests and tool calls) in flight at once, and
 	// MaxInflightPerNamespace those of one namespace; 0 means the executor's defaults.
 	MaxInflight, MaxInflightPerNamespace int
+	// Tracing writes each run's trace; nil writes none.
+	Tracing *telemetry.Tracing
 
 	// Executor runs the steps; SetupWithManager makes one, run by the manager while it leads.
 	Executor *executor.Executor
@@ -220,6 +223,7 @@ func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
 	}
 	s.emitEvents()
 	r.emitTransitions(s)
+	r.traceEnd(ctx, s)
 	return nil
 }
 
@@ -416,6 +420,9 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.HTTPClient == nil {
 		r.HTTPClient = defaultHTTPClient()
+	}
+	if r.Tracing != nil {
+		r.HTTPClient = telemetry.Propagating(r.HTTPClient)
 	}
 	r.steps = newSteps()
 	if r.Executor == nil {

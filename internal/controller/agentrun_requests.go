@@ -14,6 +14,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -69,7 +70,7 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error
 			return nil
 		}
 		if preq.Status.Answer != nil {
-			r.consume(s, call, preq)
+			r.consume(ctx, s, call, preq)
 			continue
 		}
 		if exp := expiresAt(preq); exp.IsZero() || s.now.Before(exp) {
@@ -85,6 +86,7 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error
 		s.event(func() {
 			r.Recorder.Eventf(s.run, preq, corev1.EventTypeWarning, EventRequestExpired, actionAnswer, "PendingRequest %s expired unanswered", name)
 			r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, tools.ReasonExpired).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
+			r.traceSuspension(ctx, s.run, preq, telemetry.OutcomeExpired, s.now)
 		})
 		r.hand(s, call, tools.AnswerDeclined(call.Request.ID, tools.ReasonExpired))
 		if p := s.spec.Suspension; p != nil && p.OnTimeout == toolnexusv1alpha1.OnTimeoutFail {
@@ -96,7 +98,7 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error
 }
 
 // consume records the answer of a verified request.
-func (r *AgentRunReconciler) consume(s *scope, call loop.Call, preq *toolnexusv1alpha1.PendingRequest) {
+func (r *AgentRunReconciler) consume(ctx context.Context, s *scope, call loop.Call, preq *toolnexusv1alpha1.PendingRequest) {
 	a, err := answerOf(preq.Status.Answer)
 	if err == nil {
 		err = s.rec.State.Answer(call.ID, a)
@@ -113,6 +115,11 @@ func (r *AgentRunReconciler) consume(s *scope, call loop.Call, preq *toolnexusv1
 	s.dirty = true
 	s.event(func() {
 		r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, outcomeOf(a)).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
+		outcome := outcomeOf(a) // declined, expired or cancelled, as the metric says
+		if a.OK {
+			outcome = telemetry.OutcomeAnswered
+		}
+		r.traceSuspension(ctx, s.run, preq, outcome, s.now)
 		r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventRequestAnswered, actionAnswer,
 			"PendingRequest %s answered by %s (ok: %t)", preq.Name, answererOf(preq), a.OK)
 	})
@@ -279,6 +286,9 @@ func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 		setRequestStatus(preq, fate)
 		if _, err := patchStatus(ctx, r.Client, preq, before); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("updating PendingRequest %s status: %w", name, err)
+		}
+		if cancelled := toolnexusv1alpha1.RequestPhaseCancelled; preq.Status.Phase == cancelled && before.Status.Phase != cancelled {
+			r.traceSuspension(ctx, s.run, preq, telemetry.OutcomeCancelled, s.now)
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/tools"
 	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
@@ -30,7 +32,7 @@ const (
 )
 
 var _ = Describe("Secrets", func() {
-	It("never appear in status, events, requests, the transcript or any log line", func() {
+	It("never appear in status, events, requests, the transcript, spans (content recorded) or any log line", func() {
 		ns := newNamespace()
 		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm"},
 			StringData: map[string]string{"apiKey": leakedAPIKey}})).To(Succeed())
@@ -91,6 +93,19 @@ var _ = Describe("Secrets", func() {
 			Expect(string(transcript)).To(ContainSubstring("you sent Authorization="), "the echo itself is kept, redacted")
 			haystack = append(haystack, string(transcript))
 		}
+		tid := telemetry.TraceID(string(getRun(run).UID))
+		Eventually(func() map[string][]tracetest.SpanStub { return spansOf(tid) }, eventually).Should(HaveKey("invoke_agent leaky"))
+		var spanText []string
+		for _, ss := range spansOf(tid) {
+			for _, s := range ss {
+				spanText = append(spanText, s.Status.Description)
+				for _, kv := range s.Attributes {
+					spanText = append(spanText, kv.Value.String())
+				}
+			}
+		}
+		Expect(spanText).To(ContainElement(ContainSubstring("you sent Authorization=")), "the spans recorded the tool's output")
+		haystack = append(haystack, spanText...)
 		logs := managerLog.String()
 		Expect(logs).To(ContainSubstring("leaky"), "the manager logged about this run")
 		for _, line := range strings.Split(logs, "\n") {

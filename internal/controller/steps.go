@@ -156,6 +156,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 	wake := &toolnexusv1alpha1.AgentRun{}
 	wake.Name, wake.Namespace = s.run.Name, s.run.Namespace
 	r.Executor.Submit(executor.Job{Key: key.String(), Share: s.run.Namespace, Run: func(ctx context.Context) {
+		ctx = r.Tracing.Step(ctx, rt.trace)
 		o := &stepOutcome{uid: uid, base: base, head: head, state: st, events: events}
 		var tk *tools.Toolkit
 		tk, o.mcpFailures, o.err = rt.toolkit(ctx)

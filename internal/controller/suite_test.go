@@ -25,7 +25,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
@@ -41,6 +45,8 @@ var (
 	registry *prometheus.Registry
 	// managerLog holds everything the managers of the suite logged.
 	managerLog = &syncBuffer{}
+	// spans holds every span the managers of the suite wrote, content included.
+	spans = tracetest.NewInMemoryExporter()
 )
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
@@ -105,6 +111,8 @@ func startManager() {
 		Metrics:                 controller.NewMetrics(registry, mgr.GetClient()),
 		MaxConcurrentReconciles: 4,
 		MaxTranscriptBytes:      4 << 20,
+		// Each manager has a tracer provider of its own, as a restarted process would.
+		Tracing: telemetry.New(telemetry.NewProvider(sdktrace.WithSyncer(spans)), true),
 	}).SetupWithManager(mgr)).To(Succeed())
 	Expect((&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())

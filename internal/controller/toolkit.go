@@ -20,6 +20,7 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/netguard"
+	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -78,6 +79,8 @@ type stepper struct {
 	// local are the tools that need no connection: HTTP tools and built-ins.
 	local []tools.Tool
 	mcp   []tools.MCPServerSpec
+	// trace is the run's trace, which the step's spans join.
+	trace telemetry.Run
 }
 
 // toolkit connects the run's MCP servers and returns every tool; mcpFailures names each server
@@ -134,7 +137,7 @@ func (r *AgentRunReconciler) prepare(ctx context.Context, run *toolnexusv1alpha1
 		}
 	}
 
-	rt := &stepper{}
+	rt := &stepper{trace: r.runTrace(ctx, run)}
 	for i, t := range spec.Tools {
 		tool, err := tools.HTTPTool(tools.HTTPToolSpec{
 			Name: t.Name, Description: t.Description, InputSchema: jsonObject(t.Parameters),
@@ -173,6 +176,7 @@ func (r *AgentRunReconciler) prepare(ctx context.Context, run *toolnexusv1alpha1
 		RequestTimeout: durationOr(spec.Model.RequestTimeout, defaultModelTimeout), HTTPClient: r.HTTPClient,
 		IdempotencyPrefix: string(run.UID), OnEvent: observe, Clock: r.Clock.Now,
 		SuspensionTimeout: suspensionTimeout(spec.Suspension), MaxToolCallsPerTurn: r.MaxToolCallsPerTurn,
+		Tracer: r.Tracing.Loop(rt.trace),
 	})
 	if err != nil {
 		return nil, &specError{err}

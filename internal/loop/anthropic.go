@@ -62,7 +62,8 @@ func (m *anthropicModel) complete(ctx context.Context, req modelRequest) (modelR
 		return modelResponse{}, fmt.Errorf("%w: no content", ErrInvalidResponse)
 	}
 	in, outTok := int(msg.Usage.InputTokens), int(msg.Usage.OutputTokens)
-	out := modelResponse{Usage: Usage{PromptTokens: in, CompletionTokens: outTok, TotalTokens: in + outTok}}
+	out := modelResponse{Usage: Usage{PromptTokens: in, CompletionTokens: outTok, TotalTokens: in + outTok},
+		Model: msg.Model, FinishReason: string(msg.StopReason)}
 	var text []string
 	for _, b := range msg.Content {
 		switch b.Type {

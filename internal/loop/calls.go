@@ -37,19 +37,19 @@ func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, c.opts.MaxParallelTools)
 	for i, call := range st.Calls {
-		var run func() *execution
+		var run func(context.Context) *execution
 		switch call.Phase {
 		case PhaseQueued:
-			run = func() *execution { return c.executeFirst(ctx, call, tk, turn) }
+			run = func(ctx context.Context) *execution { return c.executeFirst(ctx, call, tk, turn) }
 		case PhaseAnswered:
-			run = func() *execution { return c.executeWithAnswer(ctx, call, tk, turn) }
+			run = func(ctx context.Context) *execution { return c.executeWithAnswer(ctx, call, tk, turn) }
 		default:
 			continue
 		}
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			outs[i] = run()
+			outs[i] = c.traceTool(ctx, call, tk, run)
 		})
 	}
 	wg.Wait()

@@ -26,11 +26,14 @@ type modelResponse struct {
 	Text      string
 	ToolCalls []MessageToolCall
 	Usage     Usage
+	// Model is the model the endpoint says answered, FinishReason why it stopped (for traces).
+	Model, FinishReason string
 }
 
 // callModel sends one request, once. It bounds it by RequestTimeout, reports an LLM event and
 // returns the raw response body for AfterLLM.
 func (c *Client) callModel(ctx context.Context, req modelRequest) (modelResponse, []byte, error) {
+	ctx, endSpan := c.traceModel(ctx, req)
 	ex := &exchange{}
 	reqCtx := withExchange(ctx, ex)
 	if c.opts.RequestTimeout > 0 {
@@ -49,6 +52,7 @@ func (c *Client) callModel(ctx context.Context, req modelRequest) (modelResponse
 		ev.PromptTokens, ev.CompletionTokens = resp.Usage.PromptTokens, resp.Usage.CompletionTokens
 	}
 	c.emit(ev)
+	endSpan(resp, err)
 	return resp, ex.body, err
 }
 

@@ -39,7 +39,7 @@ func (m *openAIModel) complete(ctx context.Context, req modelRequest) (modelResp
 	msg := resp.Choices[0].Message
 	out := modelResponse{Text: msg.Content, Usage: Usage{
 		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, TotalTokens: resp.Usage.TotalTokens,
-	}}
+	}, Model: resp.Model, FinishReason: string(resp.Choices[0].FinishReason)}
 	for _, tc := range msg.ToolCalls {
 		out.ToolCalls = append(out.ToolCalls, MessageToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 	}

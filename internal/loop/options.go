@@ -80,6 +80,8 @@ type Options struct {
 	// MaxParallelTools bounds how many calls of one turn run at once; 0 means
 	// DefaultMaxParallelTools.
 	MaxParallelTools int
+	// Tracer wraps model requests and tool executions in spans; nil traces nothing.
+	Tracer Tracer
 }
 
 // Client runs the loop against one model endpoint. It holds no per-run state, so one Client can

@@ -77,10 +77,7 @@ func TestFirstFiveMinutes(t *testing.T) {
 	}
 	probeAddr := freeAddr(t)
 	startManager := func() *process {
-		m := startProcess(t, logs, "manager", []string{"KUBECONFIG=" + managerKubeconfig}, filepath.Join(bin, "manager"),
-			"--health-probe-bind-address="+probeAddr, "--metrics-bind-address=0", "--leader-elect=false")
-		waitHTTP(t, m, "http://"+probeAddr+"/readyz", 60*time.Second)
-		return m
+		return runManager(t, bin, logs, probeAddr, []string{"KUBECONFIG=" + managerKubeconfig})
 	}
 	manager := startManager()
 	t.Cleanup(func() {

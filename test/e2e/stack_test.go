@@ -121,6 +121,16 @@ func (p *process) tail(lines int) string {
 	return strings.Join(all, "\n")
 }
 
+// runManager starts the manager binary of bin as the test runs it (probes on probeAddr, no
+// metrics, no leader election), with env and extra args, and waits until it is ready.
+func runManager(t *testing.T, bin, logDir, probeAddr string, env []string, args ...string) *process {
+	t.Helper()
+	m := startProcess(t, logDir, "manager", env, filepath.Join(bin, "manager"), append([]string{
+		"--health-probe-bind-address=" + probeAddr, "--metrics-bind-address=0", "--leader-elect=false"}, args...)...)
+	waitHTTP(t, m, "http://"+probeAddr+"/readyz", 60*time.Second)
+	return m
+}
+
 // waitHTTP waits until url answers 200, failing early when p exits.
 func waitHTTP(t *testing.T, p *process, url string, timeout time.Duration) {
 	t.Helper()
