@@ -103,6 +103,12 @@ type NotificationRecord struct {
 	// +kubebuilder:validation:Minimum=0
 	Attempts int32 `json:"attempts,omitempty"`
 
+	// reason of a failed delivery, as the Notified condition shows it: NotificationFailed,
+	// SecretNotFound or SecretNotAllowed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+
 	// message says why a delivery failed.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024

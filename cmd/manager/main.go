@@ -1,4 +1,5 @@
-// Command manager runs the Toolnexus Operator: the AgentRun controller.
+// Command manager runs the Toolnexus Operator: the AgentRun controller and the notifier of its
+// PendingRequests.
 package main
 
 import (
@@ -98,7 +99,7 @@ func main() {
 		log.Error(err, "Unable to create the manager")
 		os.Exit(1)
 	}
-	if err := (&controller.AgentRunReconciler{
+	runs := &controller.AgentRunReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
 		Metrics:                 controller.NewMetrics(metrics.Registry, mgr.GetClient()),
@@ -110,8 +111,17 @@ func main() {
 		MaxInflight:             maxInflight,
 		MaxInflightPerNamespace: maxInflightPerNS,
 		HTTPClient:              httpClient,
-	}).SetupWithManager(mgr); err != nil {
+	}
+	if err := runs.SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up the AgentRun controller")
+		os.Exit(1)
+	}
+	// Notifications go through the runs' executor and network guard, within the same bounds.
+	if err := (&controller.NotifyReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{}, HTTPClient: httpClient,
+		Metrics: runs.Metrics, Executor: runs.Executor, RequireSecretLabel: requireSecretLabel,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up the notification controller")
 		os.Exit(1)
 	}
 	if err := (&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {

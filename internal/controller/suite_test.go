@@ -26,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/notify"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
@@ -99,12 +100,17 @@ func startManager() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	registry = prometheus.NewRegistry()
-	Expect((&controller.AgentRunReconciler{
+	runs := &controller.AgentRunReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
 		Metrics:                 controller.NewMetrics(registry, mgr.GetClient()),
 		MaxConcurrentReconciles: 4,
 		MaxTranscriptBytes:      4 << 20,
+	}
+	Expect(runs.SetupWithManager(mgr)).To(Succeed())
+	Expect((&controller.NotifyReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
+		Metrics: runs.Metrics, Executor: runs.Executor, Policy: notifyPolicy,
 	}).SetupWithManager(mgr)).To(Succeed())
 	Expect((&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -131,6 +137,9 @@ func newNamespace() string {
 }
 
 const eventually = 20 * time.Second
+
+// notifyPolicy makes the notifier's retries quick: 4 attempts, 50ms apart and doubling, 2s each.
+var notifyPolicy = notify.Policy{MaxAttempts: 4, Base: 50 * time.Millisecond, Cap: time.Second, Timeout: 2 * time.Second}
 
 // ctrlConfigSkipNameValidation lets the suite start a second manager with the same controller
 // name after a restart.
