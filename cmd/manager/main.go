@@ -55,9 +55,9 @@ func main() {
 	flag.IntVar(&maxTranscriptRawMiB, "max-transcript-decoded-size", controller.DefaultMaxTranscriptRawBytes>>20, "How many MiB of transcript, decoded, a run may hold; a run that needs more fails with TranscriptTooLarge.")
 	flag.IntVar(&maxToolCalls, "max-tool-calls-per-turn", loop.DefaultMaxToolCallsPerTurn, "How many tool calls of one model turn run; the model is told about the others.")
 	flag.BoolVar(&requireSecretLabel, "require-secret-label", false, "Let runs read only Secrets labelled "+toolnexusv1alpha1.SecretAccessLabel+"=true; others make the run wait with reason SecretNotAllowed.")
-	flag.StringVar(&denyCIDRs, "deny-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may not reach, in addition to link-local (169.254.0.0/16, fe80::/10).")
-	flag.StringVar(&allowCIDRs, "allow-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may reach even when denied, link-local included.")
-	flag.Int64Var(&maxResponseMiB, "max-response-size", netguard.DefaultMaxResponseBytes>>20, "How many MiB of one model, HTTP tool or MCP response body the manager reads before it fails the request.")
+	flag.StringVar(&denyCIDRs, "deny-cidrs", "", "Comma-separated CIDRs that model, HTTP tool, MCP and notification connections may not reach, in addition to link-local (169.254.0.0/16, fe80::/10).")
+	flag.StringVar(&allowCIDRs, "allow-cidrs", "", "Comma-separated CIDRs that model, HTTP tool, MCP and notification connections may reach even when denied, link-local included.")
+	flag.Int64Var(&maxResponseMiB, "max-response-size", netguard.DefaultMaxResponseBytes>>20, "How many MiB of one model, HTTP tool, MCP or notification response body the manager reads before it fails the request.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -143,8 +143,8 @@ func main() {
 	}
 }
 
-// guardedHTTPClient is the client for model, HTTP tool and MCP traffic, built from the network
-// guard flags.
+// guardedHTTPClient is the client for model, HTTP tool, MCP and notification traffic, built from
+// the network guard flags.
 func guardedHTTPClient(deny, allow string, maxResponseMiB int64) (*http.Client, error) {
 	if maxResponseMiB < 1 {
 		return nil, fmt.Errorf("--max-response-size must be at least 1 (MiB), got %d", maxResponseMiB)
