@@ -153,6 +153,24 @@ var _ = Describe("Notifications", func() {
 		Consistently(sink.Requests, time.Second).Should(HaveLen(2), "a delivered event is not sent again")
 	})
 
+	It("tells the sinks of the Agent a run runs, as the run snapshotted it", func() {
+		sink := receiver(accept)
+		ts := toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return 200, "ordered" })
+		model := looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "purchase", Arguments: `{"item":"gpu"}`}),
+			looptest.OpenAIText("bought a gpu"))
+		agent := newAgent(ns, "purchasing", model.URL, ts, "purchase")
+		agent.Spec.Suspension = &toolnexusv1alpha1.SuspensionPolicy{Notify: []toolnexusv1alpha1.NotifySink{{Name: "buyers", URL: sink.URL}}}
+		Expect(k8sClient.Create(ctx, agent)).To(Succeed())
+		run := runOf(ns, "buy-gpu", "purchasing")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		preq := waitSuspended(run, 1)[0]
+		Expect(preq.Spec.Notify).To(ConsistOf(And(HaveField("Name", "buyers"), HaveField("URL", sink.URL))))
+		Eventually(sink.Requests, eventually).Should(HaveLen(1))
+		Expect(cloudEvents(sink)[0].Source()).To(Equal("/namespaces/" + ns + "/agentruns/buy-gpu"))
+		Eventually(notifiedOf(&preq), eventually).Should(conditionStatus(metav1.ConditionTrue))
+	})
+
 	It("posts a Slack message with the answer commands to a webhook URL read from a Secret, never showing the URL", func() {
 		sink := receiver(func(int64) looptest.Reply {
 			return looptest.Reply{Body: "ok", Header: http.Header{"Content-Type": {"text/plain"}}}
