@@ -118,7 +118,8 @@ func main() {
 	}
 	// Notifications go through the runs' executor and network guard, within the same bounds.
 	if err := (&controller.NotifyReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{}, HTTPClient: httpClient,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
+		Clock: clock.RealClock{}, HTTPClient: httpClient,
 		Metrics: runs.Metrics, Executor: runs.Executor, RequireSecretLabel: requireSecretLabel,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up the notification controller")

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +32,9 @@ import (
 	"github.com/toolnexus/operator/internal/notify"
 )
 
+// EventNotificationFailed marks a sink given up on, on the PendingRequest.
+const EventNotificationFailed = "NotificationFailed"
+
 // conflictRetry is how soon a notifier whose status write met a newer version tries again: its
 // cache catches up in about that time.
 const conflictRetry = 100 * time.Millisecond
@@ -44,6 +49,7 @@ type NotifyReconciler struct {
 	client.Client
 	// APIReader reads the sinks' Secrets around the cache.
 	APIReader  client.Reader
+	Recorder   events.EventRecorder
 	Clock      clock.PassiveClock
 	HTTPClient *http.Client
 	Metrics    *Metrics
@@ -63,6 +69,7 @@ type NotifyReconciler struct {
 //     toolnexus-notify-records lets only its holders write status.notifications and the Notified
 //     condition, so no answerer can mark an event delivered that was not.
 //   - secrets get: a sink's urlFrom and header valueFrom, read at every attempt.
+//   - events create/patch: NotificationFailed on the request (granted with the run controller's).
 //
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests/status,verbs=get;patch;notify
@@ -115,6 +122,12 @@ func (r *NotifyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			return ctrl.Result{}, nil
 		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("recording the notifications of PendingRequest %s: %w", preq.Name, err)
+		}
+		for _, rec := range preq.Status.Notifications[len(before.Status.Notifications):] {
+			if rec.Outcome == toolnexusv1alpha1.NotificationFailed {
+				r.Recorder.Eventf(preq, nil, corev1.EventTypeWarning, EventNotificationFailed, "Notify",
+					"Sink %s gave up on %s after %d attempts: %s", rec.Sink, rec.Event, rec.Attempts, rec.Message)
+			}
 		}
 	}
 	return requeueAt(wake, now), nil
@@ -267,8 +280,8 @@ func messageOf(preq *toolnexusv1alpha1.PendingRequest, ev toolnexusv1alpha1.Noti
 // SetupWithManager registers the notifier: it watches the PendingRequests that name sinks, and
 // the end of its own attempts.
 func (r *NotifyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.APIReader == nil || r.Clock == nil || r.Metrics == nil || r.Executor == nil {
-		return errors.New("NotifyReconciler needs APIReader, Clock, Metrics and Executor")
+	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil || r.Executor == nil {
+		return errors.New("NotifyReconciler needs APIReader, Recorder, Clock, Metrics and Executor")
 	}
 	if r.HTTPClient == nil {
 		r.HTTPClient = defaultHTTPClient()

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -220,10 +221,11 @@ var _ = Describe("Notifications", func() {
 		shownObj, err := yaml.Marshal(got)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(shownObj)).NotTo(ContainSubstring("s3cr3t"))
-		var events corev1.EventList
+		var events eventsv1.EventList
 		Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+		Expect(events.Items).NotTo(BeEmpty())
 		for _, e := range events.Items {
-			Expect(e.Message).NotTo(ContainSubstring("s3cr3t"))
+			Expect(e.Note).NotTo(ContainSubstring("s3cr3t"))
 		}
 		Expect(managerLog.String()).NotTo(ContainSubstring("s3cr3t"))
 		Expect(metricValue("toolnexus_notifications_total", map[string]string{"format": "slack", "event": "opened", "outcome": "delivered"})).To(BeNumerically(">=", 1))
@@ -260,6 +262,17 @@ var _ = Describe("Notifications", func() {
 			HaveField("Reason", toolnexusv1alpha1.ReasonNotificationFailed),
 			HaveField("Message", ContainSubstring("sink gone gave up on Opened after 1 attempts: the sink answered HTTP 404 Not Found"))))
 		Expect(sink.Requests()).To(HaveLen(1))
+		Eventually(func() []string {
+			var events eventsv1.EventList
+			Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+			var notes []string
+			for _, e := range events.Items {
+				if e.Reason == "NotificationFailed" && e.Regarding.Name == preq.Name {
+					notes = append(notes, e.Type+": "+e.Note)
+				}
+			}
+			return notes
+		}, eventually).Should(ConsistOf("Warning: Sink gone gave up on Opened after 1 attempts: the sink answered HTTP 404 Not Found"))
 	})
 
 	It("never holds the run: the run ends while its sink hangs", func() {

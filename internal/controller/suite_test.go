@@ -109,8 +109,8 @@ func startManager() {
 	}
 	Expect(runs.SetupWithManager(mgr)).To(Succeed())
 	Expect((&controller.NotifyReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
-		Metrics: runs.Metrics, Executor: runs.Executor, Policy: notifyPolicy,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
+		Clock: clock.RealClock{}, Metrics: runs.Metrics, Executor: runs.Executor, Policy: notifyPolicy,
 	}).SetupWithManager(mgr)).To(Succeed())
 	Expect((&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
