@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -210,10 +209,11 @@ func (r *NotifyReconciler) resolveSink(ctx context.Context, namespace string, si
 // finish records how an attempt went: delivered, given up, or when to try again.
 func (r *NotifyReconciler) finish(name types.NamespacedName, key attemptKey, sink toolnexusv1alpha1.NotifySink, res notify.Result, reason string, log logr.Logger) {
 	now := r.Clock.Now()
-	outcome := "delivered"
+	outcome, attempts := "delivered", 0
 	r.attempts.update(name, key, func(st *attemptState) {
 		st.running = false
 		st.attempts++
+		attempts = st.attempts
 		record := func(o toolnexusv1alpha1.NotificationOutcome, reason, message string) {
 			st.done = &toolnexusv1alpha1.NotificationRecord{Sink: key.sink, Event: key.event, Outcome: o, Reason: reason,
 				Attempts: int32(min(st.attempts, 1<<30)), Message: truncate(message, 1024), Time: &metav1.Time{Time: now}}
@@ -223,7 +223,7 @@ func (r *NotifyReconciler) finish(name types.NamespacedName, key attemptKey, sin
 			record(toolnexusv1alpha1.NotificationDelivered, "", "")
 		case res.Retry && st.attempts < r.Policy.MaxAttempts:
 			outcome = "retried"
-			st.lastError, st.reason = truncate(res.Err.Error(), 512), reason
+			st.lastError = truncate(res.Err.Error(), 512)
 			st.next = now.Add(r.Policy.Wait(st.attempts, res.RetryAfter))
 		default:
 			outcome = "failed"
@@ -236,7 +236,7 @@ func (r *NotifyReconciler) finish(name types.NamespacedName, key attemptKey, sin
 	}
 	r.Metrics.notifications.WithLabelValues(format, strings.ToLower(string(key.event)), outcome).Inc()
 	if res.Err != nil {
-		log.V(1).Info("Notification attempt failed", "request", klog.KRef(name.Namespace, name.Name), "outcome", outcome, "error", res.Err.Error())
+		log.V(1).Info("Notification attempt failed", "outcome", outcome, "attempt", attempts, "error", res.Err.Error())
 	}
 }
 

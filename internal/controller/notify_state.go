@@ -98,8 +98,8 @@ type attemptState struct {
 	attempts int
 	// next is when the next attempt may start.
 	next time.Time
-	// lastError says why the last attempt failed; reason is the condition reason it maps to.
-	lastError, reason string
+	// lastError says why the last attempt failed.
+	lastError string
 	// done is the finished delivery, until it is written to status.
 	done *toolnexusv1alpha1.NotificationRecord
 }
