@@ -3,6 +3,7 @@ package controller_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -276,19 +277,27 @@ var _ = Describe("Notifications", func() {
 	})
 
 	It("never holds the run: the run ends while its sink hangs", func() {
-		var inflight atomic.Int64
-		sink := looptest.Serve(GinkgoT(), func(looptest.Request) looptest.Reply {
-			inflight.Add(1)
-			return looptest.Reply{Delay: time.Hour} // answered only when the attempt gives up
-		})
-		run := notifiedRun(ns, "hung", toolnexusv1alpha1.NotifySink{Name: "hung", URL: sink.URL})
+		var active, total atomic.Int64
+		release := make(chan struct{})
+		hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			total.Add(1)
+			active.Add(1)
+			defer active.Add(-1)
+			select { // answers nothing until the attempt gives up (its timeout) or the test ends
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}))
+		DeferCleanup(func() { close(release); hung.Close() })
+		run := notifiedRun(ns, "hung", toolnexusv1alpha1.NotifySink{Name: "hung", URL: hung.URL})
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		preq := waitSuspended(run, 1)[0]
-		Eventually(inflight.Load, eventually).Should(BeNumerically(">=", 1))
-		patchRequestStatus(&preq, `{"status":{"answer":{"ok":true}}}`)
+		Eventually(active.Load, eventually).Should(Equal(int64(1)))
 		started := time.Now()
+		patchRequestStatus(&preq, `{"status":{"answer":{"ok":true}}}`)
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
-		Expect(time.Since(started)).To(BeNumerically("<", notifyPolicy.Timeout), "the run did not wait for an attempt to time out")
+		Expect(time.Since(started)).To(BeNumerically("<", notifyPolicy.Timeout), "the run did not wait for the attempt to time out")
+		Expect([]int64{active.Load(), total.Load()}).To(Equal([]int64{1, 1}), "the run ended while the first attempt still hung")
 		Expect(notifiedOf(&preq)()).To(conditionStatus(metav1.ConditionUnknown))
 		Expect(notificationsOf(&preq)).To(BeEmpty())
 	})

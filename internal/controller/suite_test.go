@@ -138,8 +138,9 @@ func newNamespace() string {
 
 const eventually = 20 * time.Second
 
-// notifyPolicy makes the notifier's retries quick: 4 attempts, 50ms apart and doubling, 2s each.
-var notifyPolicy = notify.Policy{MaxAttempts: 4, Base: 50 * time.Millisecond, Cap: time.Second, Timeout: 2 * time.Second}
+// notifyPolicy makes the notifier's retries quick: 4 attempts, 50ms apart and doubling. An attempt
+// keeps the default bound (10s), so a hung sink holds its attempt well past a run's end.
+var notifyPolicy = notify.Policy{MaxAttempts: 4, Base: 50 * time.Millisecond, Cap: time.Second, Timeout: 10 * time.Second}
 
 // ctrlConfigSkipNameValidation lets the suite start a second manager with the same controller
 // name after a restart.
