@@ -244,6 +244,14 @@ type SuspensionPolicy struct {
 	// approvers who may answer this run's requests; copied into each PendingRequest.
 	// +optional
 	Approvers *Approvers `json:"approvers,omitempty"`
+
+	// notify lists the sinks told when a request of the run opens, is answered or expires;
+	// copied into each PendingRequest. Names are unique.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(n, self.exists_one(m, m.name == n.name))",message="suspension.notify names must be unique"
+	Notify []NotifySink `json:"notify,omitempty"`
 }
 
 // AgentSpec is the reusable part of a run: the model, its instructions, its tools and the

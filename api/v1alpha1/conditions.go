@@ -83,6 +83,20 @@ const (
 	ConditionAnswered = "Answered"
 	// ConditionResolved is True once the run has consumed the answer.
 	ConditionResolved = "Resolved"
+	// ConditionNotified is True when every sink of spec.notify took every event due so far,
+	// Unknown while deliveries are under way, and False once one was given up on.
+	ConditionNotified = "Notified"
+)
+
+// Reasons of the PendingRequest Notified condition (with ReasonSecretNotFound and
+// ReasonSecretNotAllowed when a sink's Secret cannot be read).
+const (
+	// ReasonNotificationsDelivered: every sink took every event due so far.
+	ReasonNotificationsDelivered = "Delivered"
+	// ReasonDelivering: a delivery is under way or waits for its next attempt.
+	ReasonDelivering = "Delivering"
+	// ReasonNotificationFailed: a sink refused an event, or kept failing past the retries.
+	ReasonNotificationFailed = "NotificationFailed"
 )
 
 // Reasons of the PendingRequest conditions.

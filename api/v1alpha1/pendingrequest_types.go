@@ -86,6 +86,13 @@ type PendingRequestSpec struct {
 	// approvers restrict who may answer; they are copied from the run's spec.suspension.approvers.
 	// +optional
 	Approvers *Approvers `json:"approvers,omitempty"`
+
+	// notify are the sinks told about this request; they are copied from the run's
+	// spec.suspension.notify.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Notify []NotifySink `json:"notify,omitempty"`
 }
 
 // RequestPhase is a display summary of the request's conditions.
@@ -102,7 +109,8 @@ const (
 
 // PendingRequestStatus holds the answer and what the run did with it.
 type PendingRequestStatus struct {
-	// conditions are Answered and Resolved (the run has consumed the answer).
+	// conditions are Answered, Resolved (the run has consumed the answer) and, when spec.notify
+	// names sinks, Notified.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -132,6 +140,15 @@ type PendingRequestStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// notifications records every event the manager finished delivering to a sink of
+	// spec.notify, delivered or given up. Only the manager writes it.
+	// +optional
+	// +listType=map
+	// +listMapKey=sink
+	// +listMapKey=event
+	// +kubebuilder:validation:MaxItems=24
+	Notifications []NotificationRecord `json:"notifications,omitempty"`
 }
 
 // PendingRequest is one suspended tool call, waiting for an answer in status.answer.

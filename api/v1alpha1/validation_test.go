@@ -175,7 +175,38 @@ var _ = Describe("AgentRun admission", func() {
 		}}, "a tool name must not start with '<mcpServer name>_'"),
 		Entry("negative ttl", map[string]any{"spec.ttlSecondsAfterFinished": int64(-1)},
 			"spec.ttlSecondsAfterFinished in body should be greater than or equal to 0"),
+		Entry("notify sink with both url and urlFrom", map[string]any{"spec.suspension.notify": []any{
+			map[string]any{"name": "chat", "url": "http://a", "urlFrom": map[string]any{
+				"secretKeyRef": map[string]any{"name": "slack", "key": "url"}}},
+		}}, "a notify sink needs exactly one of url or urlFrom"),
+		Entry("notify sink with neither url nor urlFrom", map[string]any{"spec.suspension.notify": []any{
+			map[string]any{"name": "chat"},
+		}}, "a notify sink needs exactly one of url or urlFrom"),
+		Entry("duplicate notify sink names", map[string]any{"spec.suspension.notify": []any{
+			map[string]any{"name": "chat", "url": "http://a"}, map[string]any{"name": "chat", "url": "http://b"},
+		}}, "suspension.notify names must be unique"),
+		Entry("notify sink url that is not http", map[string]any{"spec.suspension.notify": []any{
+			map[string]any{"name": "chat", "url": "mailto:ops@example.com"},
+		}}, "notify[].url must start with http:// or https://"),
+		Entry("unknown notify format", map[string]any{"spec.suspension.notify": []any{
+			map[string]any{"name": "chat", "url": "http://a", "format": "teams"},
+		}}, `spec.suspension.notify[0].format: Unsupported value: "teams"`),
+		Entry("unknown notify event", map[string]any{"spec.suspension.notify": []any{
+			map[string]any{"name": "chat", "url": "http://a", "on": []any{"Resolved"}},
+		}}, `spec.suspension.notify[0].on[0]: Unsupported value: "Resolved"`),
+		Entry("nine notify sinks", map[string]any{"spec.suspension.notify": nineSinks()},
+			"spec.suspension.notify: Too many: 9: must have at most 8 items"),
 	)
+
+	It("fills in a notify sink's format and events", func() {
+		run := object(fullRun, newNamespace(), map[string]any{"spec.suspension.notify": []any{
+			map[string]any{"name": "ops", "url": "http://receiver/events"},
+		}})
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		sinks, _, _ := unstructured.NestedSlice(run.Object, "spec", "suspension", "notify")
+		Expect(sinks).To(Equal([]any{map[string]any{"name": "ops", "url": "http://receiver/events",
+			"format": "cloudevents", "on": []any{"Opened", "Answered", "Expired"}}}))
+	})
 
 	It("accepts the full example and a minimal run, with defaults filled in (maxTurns is left to the controller)", func() {
 		ns := newNamespace()
@@ -435,3 +466,12 @@ var _ = Describe("kubectl explain", func() {
 		}
 	})
 })
+
+// nineSinks is one notify sink more than a run may have.
+func nineSinks() []any {
+	out := make([]any, 9)
+	for i := range out {
+		out[i] = map[string]any{"name": fmt.Sprintf("sink-%d", i), "url": "http://a"}
+	}
+	return out
+}

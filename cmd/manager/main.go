@@ -1,4 +1,5 @@
-// Command manager runs the Toolnexus Operator: the AgentRun controller.
+// Command manager runs the Toolnexus Operator: the AgentRun controller and the notifier of its
+// PendingRequests.
 package main
 
 import (
@@ -57,9 +58,9 @@ func main() {
 	flag.IntVar(&maxTranscriptRawMiB, "max-transcript-decoded-size", controller.DefaultMaxTranscriptRawBytes>>20, "How many MiB of transcript, decoded, a run may hold; a run that needs more fails with TranscriptTooLarge.")
 	flag.IntVar(&maxToolCalls, "max-tool-calls-per-turn", loop.DefaultMaxToolCallsPerTurn, "How many tool calls of one model turn run; the model is told about the others.")
 	flag.BoolVar(&requireSecretLabel, "require-secret-label", false, "Let runs read only Secrets labelled "+toolnexusv1alpha1.SecretAccessLabel+"=true; others make the run wait with reason SecretNotAllowed.")
-	flag.StringVar(&denyCIDRs, "deny-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may not reach, in addition to link-local (169.254.0.0/16, fe80::/10).")
-	flag.StringVar(&allowCIDRs, "allow-cidrs", "", "Comma-separated CIDRs that model, HTTP tool and MCP connections may reach even when denied, link-local included.")
-	flag.Int64Var(&maxResponseMiB, "max-response-size", netguard.DefaultMaxResponseBytes>>20, "How many MiB of one model, HTTP tool or MCP response body the manager reads before it fails the request.")
+	flag.StringVar(&denyCIDRs, "deny-cidrs", "", "Comma-separated CIDRs that model, HTTP tool, MCP and notification connections may not reach, in addition to link-local (169.254.0.0/16, fe80::/10).")
+	flag.StringVar(&allowCIDRs, "allow-cidrs", "", "Comma-separated CIDRs that model, HTTP tool, MCP and notification connections may reach even when denied, link-local included.")
+	flag.Int64Var(&maxResponseMiB, "max-response-size", netguard.DefaultMaxResponseBytes>>20, "How many MiB of one model, HTTP tool, MCP or notification response body the manager reads before it fails the request.")
 	flag.BoolVar(&traceContent, "trace-content", false, "Record prompts, tool arguments and tool outputs (Secret values redacted) in trace spans; traces are on when the OTEL_* environment configures an OTLP exporter.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -113,7 +114,7 @@ func main() {
 		log.Error(err, "Unable to create the manager")
 		os.Exit(1)
 	}
-	if err := (&controller.AgentRunReconciler{
+	runs := &controller.AgentRunReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
 		Metrics:                 controller.NewMetrics(metrics.Registry, mgr.GetClient()),
@@ -126,8 +127,18 @@ func main() {
 		MaxInflightPerNamespace: maxInflightPerNS,
 		HTTPClient:              httpClient,
 		Tracing:                 tracing,
-	}).SetupWithManager(mgr); err != nil {
+	}
+	if err := runs.SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up the AgentRun controller")
+		os.Exit(1)
+	}
+	// Notifications go through the runs' executor and network guard, within the same bounds.
+	if err := (&controller.NotifyReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
+		Clock: clock.RealClock{}, HTTPClient: httpClient,
+		Metrics: runs.Metrics, Executor: runs.Executor, RequireSecretLabel: requireSecretLabel,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up the notification controller")
 		os.Exit(1)
 	}
 	if err := (&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
@@ -158,8 +169,8 @@ func main() {
 	}
 }
 
-// guardedHTTPClient is the client for model, HTTP tool and MCP traffic, built from the network
-// guard flags.
+// guardedHTTPClient is the client for model, HTTP tool, MCP and notification traffic, built from
+// the network guard flags.
 func guardedHTTPClient(deny, allow string, maxResponseMiB int64) (*http.Client, error) {
 	if maxResponseMiB < 1 {
 		return nil, fmt.Errorf("--max-response-size must be at least 1 (MiB), got %d", maxResponseMiB)

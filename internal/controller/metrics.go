@@ -29,6 +29,7 @@ type Metrics struct {
 	inflight       *prometheus.GaugeVec
 	queued         *prometheus.GaugeVec
 	queueWait      prometheus.Histogram
+	notifications  *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg. Open PendingRequests are counted from reader (the
@@ -59,9 +60,13 @@ func NewMetrics(reg prometheus.Registerer, reader client.Reader) *Metrics {
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "toolnexus_step_queue_wait_seconds", Help: "Time a step waited for a slot before it started, in seconds.",
 			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300}}),
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolnexus_notifications_total", Help: "Attempts to deliver PendingRequest notifications, by sink format, event and outcome (delivered, retried, failed)."},
+			[]string{"format", "event", "outcome"}),
 	}
 	reg.MustRegister(m.llmRequests, m.llmTokens, m.llmDuration, m.toolCalls, m.toolDuration, m.runErrors,
 		m.suspensionWait, m.inflight, m.queued, m.queueWait, &pendingCollector{reader: reader})
+	reg.MustRegister(m.notifications)
 	return m
 }
 

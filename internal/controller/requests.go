@@ -71,6 +71,9 @@ func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1a
 	if s := suspension; s != nil && s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0) {
 		preq.Spec.Approvers = s.Approvers.DeepCopy()
 	}
+	if s := suspension; s != nil && len(s.Notify) > 0 {
+		preq.Spec.Notify = s.DeepCopy().Notify
+	}
 	return preq, nil
 }
 

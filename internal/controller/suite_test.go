@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/notify"
 	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/testenv"
 )
@@ -105,7 +106,7 @@ func startManager() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	registry = prometheus.NewRegistry()
-	Expect((&controller.AgentRunReconciler{
+	runs := &controller.AgentRunReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
 		Metrics:                 controller.NewMetrics(registry, mgr.GetClient()),
@@ -113,6 +114,11 @@ func startManager() {
 		MaxTranscriptBytes:      4 << 20,
 		// Each manager has a tracer provider of its own, as a restarted process would.
 		Tracing: telemetry.New(telemetry.NewProvider(sdktrace.WithSyncer(spans)), true),
+	}
+	Expect(runs.SetupWithManager(mgr)).To(Succeed())
+	Expect((&controller.NotifyReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
+		Clock: clock.RealClock{}, Metrics: runs.Metrics, Executor: runs.Executor, Policy: notifyPolicy,
 	}).SetupWithManager(mgr)).To(Succeed())
 	Expect((&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -139,6 +145,10 @@ func newNamespace() string {
 }
 
 const eventually = 20 * time.Second
+
+// notifyPolicy makes the notifier's retries quick: 4 attempts, 50ms apart and doubling. An attempt
+// keeps the default bound (10s), so a hung sink holds its attempt well past a run's end.
+var notifyPolicy = notify.Policy{MaxAttempts: 4, Base: 50 * time.Millisecond, Cap: time.Second, Timeout: 10 * time.Second}
 
 // ctrlConfigSkipNameValidation lets the suite start a second manager with the same controller
 // name after a restart.

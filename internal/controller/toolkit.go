@@ -52,17 +52,23 @@ func (e *specError) Unwrap() error { return e.err }
 // readSecret reads one key of a Secret in namespace, uncached: the manager does not keep Secret
 // values in memory, and a rotated Secret is picked up by the next read.
 func (r *AgentRunReconciler) readSecret(ctx context.Context, namespace string, ref toolnexusv1alpha1.SecretKeyReference, what string) (string, error) {
+	return readSecretKey(ctx, r.APIReader, r.RequireSecretLabel, namespace, ref, what)
+}
+
+// readSecretKey reads one key of a Secret through reader; with requireLabel only Secrets labelled
+// toolnexus.dev/agentrun-access=true may be read.
+func readSecretKey(ctx context.Context, reader client.Reader, requireLabel bool, namespace string, ref toolnexusv1alpha1.SecretKeyReference, what string) (string, error) {
 	s := &corev1.Secret{}
 	// client-go logs response bodies at high verbosity with the logger of the context: the read
 	// of a Secret gets none, so no verbosity level ever prints a value.
-	err := r.APIReader.Get(ctrl.LoggerInto(ctx, logr.Discard()), client.ObjectKey{Namespace: namespace, Name: ref.Name}, s)
+	err := reader.Get(ctrl.LoggerInto(ctx, logr.Discard()), client.ObjectKey{Namespace: namespace, Name: ref.Name}, s)
 	if apierrors.IsNotFound(err) {
 		return "", &missingSecretError{ref: ref, what: what, reason: toolnexusv1alpha1.ReasonSecretNotFound}
 	}
 	if err != nil {
 		return "", fmt.Errorf("%s: reading Secret %q: %w", what, ref.Name, err)
 	}
-	if r.RequireSecretLabel && s.Labels[toolnexusv1alpha1.SecretAccessLabel] != "true" {
+	if requireLabel && s.Labels[toolnexusv1alpha1.SecretAccessLabel] != "true" {
 		return "", &missingSecretError{ref: ref, what: what, reason: toolnexusv1alpha1.ReasonSecretNotAllowed}
 	}
 	v, ok := s.Data[ref.Key]

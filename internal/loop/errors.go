@@ -71,8 +71,9 @@ func Retryable(err error) (retry bool, after time.Duration) {
 // maxRetryAfter is the largest Retry-After toolnexus honours (a signed 32-bit count of seconds).
 const maxRetryAfter = 2147483647
 
-// parseRetryAfter honours only ASCII-digit whole seconds; an HTTP date or anything else is ignored.
-func parseRetryAfter(v string) time.Duration {
+// ParseRetryAfter reads a Retry-After header: it honours only ASCII-digit whole seconds; an HTTP
+// date or anything else is ignored.
+func ParseRetryAfter(v string) time.Duration {
 	if v == "" || len(v) > 10 {
 		return 0
 	}
@@ -129,6 +130,6 @@ func newProviderError(resp *http.Response, body []byte) *ProviderError {
 	return &ProviderError{
 		Status:     resp.StatusCode,
 		Body:       redactBody(resp.StatusCode, body),
-		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After")),
+		RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After")),
 	}
 }

@@ -50,8 +50,8 @@ func TestParseRetryAfter(t *testing.T) {
 		"Wed, 21 Oct 2015 07:28:00 GMT": 0,
 	}
 	for in, want := range cases {
-		if got := parseRetryAfter(in); got != want {
-			t.Errorf("parseRetryAfter(%q) = %v, want %v", in, got, want)
+		if got := ParseRetryAfter(in); got != want {
+			t.Errorf("ParseRetryAfter(%q) = %v, want %v", in, got, want)
 		}
 	}
 }

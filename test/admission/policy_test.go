@@ -308,3 +308,35 @@ var _ = Describe("Expiry", func() {
 		}
 	})
 })
+
+var _ = Describe("Notification records", func() {
+	const (
+		record   = `{"status":{"notifications":[{"sink":"ops","event":"Opened","outcome":"Delivered","attempts":1}]}}`
+		notified = `{"status":{"conditions":[{"type":"Notified","status":"True","reason":"Delivered","message":"Every sink took every event so far","lastTransitionTime":"2026-12-01T00:00:00Z"}]}}`
+	)
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("refuses an answerer who marks an event delivered, or forges the Notified condition", func() {
+		preq := newRequest(ns, "approval", nil, nil)
+		Eventually(func() error { return patchStatus(alice, preq, record) }).WithTimeout(time.Minute).
+			Should(MatchError(ContainSubstring("status.notifications records what the operator delivered")))
+		Expect(patchStatus(alice, preq, notified)).To(MatchError(ContainSubstring("the Notified condition sums up the operator's notification deliveries")))
+		Expect(stored(preq).Status.Notifications).To(BeEmpty())
+		Expect(stored(preq).Status.Conditions).To(BeEmpty())
+	})
+
+	It("lets the manager record deliveries, and an answerer answer without touching them", func() {
+		preq := newRequest(ns, "approval", nil, nil)
+		Expect(patchStatus(manager, preq, record)).To(Succeed())
+		Expect(patchStatus(manager, preq, notified)).To(Succeed())
+		Expect(answer(alice, preq, `{"ok":true}`)).To(Succeed())
+		got := stored(preq)
+		Expect(got.Status.Notifications).To(ConsistOf(HaveField("Sink", "ops")))
+		Expect(got.Status.Conditions).To(ConsistOf(HaveField("Type", toolnexusv1alpha1.ConditionNotified)))
+
+		By("but not remove or rewrite them")
+		Expect(patchStatus(alice, preq, `{"status":{"notifications":null}}`)).To(MatchError(ContainSubstring("only the operator writes it")))
+		Expect(patchStatus(alice, preq, `{"status":{"conditions":[]}}`)).To(MatchError(ContainSubstring("only the operator writes it")))
+	})
+})

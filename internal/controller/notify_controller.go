@@ -1,0 +1,322 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/executor"
+	"github.com/toolnexus/operator/internal/notify"
+)
+
+// EventNotificationFailed marks a sink given up on, on the PendingRequest.
+const EventNotificationFailed = "NotificationFailed"
+
+// conflictRetry is how soon a notifier whose status write met a newer version tries again: its
+// cache catches up in about that time.
+const conflictRetry = 100 * time.Millisecond
+
+// NotifyReconciler tells the sinks of a PendingRequest's spec.notify that it opened, was answered
+// or expired. It never touches a run: each attempt is a job of the runs' executor (share: the
+// namespace; key: the request, sink and event), so a slow sink holds one slot of its namespace
+// for at most one attempt's timeout and never a run's key, and the wait between attempts holds
+// nothing but a requeue. What is finished is recorded in status.notifications and the Notified
+// condition.
+type NotifyReconciler struct {
+	client.Client
+	// APIReader reads the sinks' Secrets around the cache.
+	APIReader  client.Reader
+	Recorder   events.EventRecorder
+	Clock      clock.PassiveClock
+	HTTPClient *http.Client
+	Metrics    *Metrics
+	// Executor is the runs' executor (AgentRunReconciler.Executor).
+	Executor *executor.Executor
+	// RequireSecretLabel lets sinks read only Secrets labelled toolnexus.dev/agentrun-access=true.
+	RequireSecretLabel bool
+	// Policy bounds the attempts of a delivery; zero fields take notify.DefaultPolicy's.
+	Policy notify.Policy
+
+	attempts *attempts
+}
+
+// Why each permission is there:
+//   - pendingrequests get/list/watch: requests are the notifier's work queue.
+//   - pendingrequests/status notify: "notify" is no Kubernetes verb: the admission policy
+//     toolnexus-notify-records lets only its holders write status.notifications and the Notified
+//     condition, so no answerer can mark an event delivered that was not.
+//   - secrets get: a sink's urlFrom and header valueFrom, read at every attempt.
+//   - events create/patch: NotificationFailed on the request (granted with the run controller's).
+//
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests/status,verbs=get;patch;notify
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+
+// Reconcile starts the attempts that are due, writes the deliveries that finished, and sets the
+// Notified condition.
+func (r *NotifyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	preq := &toolnexusv1alpha1.PendingRequest{}
+	if err := r.Get(ctx, req.NamespacedName, preq); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if len(preq.Spec.Notify) == 0 || !preq.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	before := preq.DeepCopy()
+	now := r.Clock.Now()
+	// What status records is finished for good; until the cache shows it, the result stays here.
+	r.attempts.settled(req.NamespacedName, recorded(preq))
+	var wake time.Time
+	for _, d := range due(preq) {
+		key := attemptKey{uid: preq.UID, sink: d.sink.Name, event: d.event}
+		st := r.attempts.snapshot(req.NamespacedName, key)
+		switch {
+		case st.running:
+		case st.done != nil:
+			preq.Status.Notifications = append(preq.Status.Notifications, *st.done)
+		case now.Before(st.next):
+			if wake.IsZero() || st.next.Before(wake) {
+				wake = st.next
+			}
+		case !r.start(ctx, preq, d, key):
+			wake = now.Add(time.Second) // the executor still holds the last attempt's key
+		}
+	}
+	setNotified(preq, func(d delivery) attemptState {
+		return r.attempts.snapshot(req.NamespacedName, attemptKey{uid: preq.UID, sink: d.sink.Name, event: d.event})
+	})
+	if !equality.Semantic.DeepEqual(before.Status, preq.Status) {
+		// The run's controller writes the same conditions list: the lock keeps either from
+		// dropping the other's condition with a stale copy.
+		err := r.Status().Patch(ctx, preq, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case apierrors.IsConflict(err):
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		case apierrors.IsNotFound(err):
+			return ctrl.Result{}, nil
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("recording the notifications of PendingRequest %s: %w", preq.Name, err)
+		}
+		for _, rec := range preq.Status.Notifications[len(before.Status.Notifications):] {
+			if rec.Outcome == toolnexusv1alpha1.NotificationFailed {
+				r.Recorder.Eventf(preq, nil, corev1.EventTypeWarning, EventNotificationFailed, "Notify",
+					"Sink %s gave up on %s after %d attempts: %s", rec.Sink, rec.Event, rec.Attempts, rec.Message)
+			}
+		}
+	}
+	return requeueAt(wake, now), nil
+}
+
+// start submits one attempt of d; false when the executor still runs the previous one.
+func (r *NotifyReconciler) start(ctx context.Context, preq *toolnexusv1alpha1.PendingRequest, d delivery, key attemptKey) bool {
+	name := client.ObjectKeyFromObject(preq)
+	sink, msg := *d.sink.DeepCopy(), messageOf(preq, d.event)
+	log := ctrl.LoggerFrom(ctx).WithValues("sink", sink.Name, "event", d.event)
+	r.attempts.update(name, key, func(st *attemptState) { st.running = true })
+	ok := r.Executor.Submit(executor.Job{Key: key.jobKey(), Share: preq.Namespace, Run: func(jobCtx context.Context) {
+		res, reason := r.attempt(jobCtx, preq.Namespace, sink, msg)
+		if jobCtx.Err() != nil {
+			// Stopped, not failed: the request is gone or the manager stops (the next leader sends
+			// what status does not record as finished).
+			r.attempts.update(name, key, func(st *attemptState) { st.running = false })
+			return
+		}
+		r.finish(name, key, sink, res, reason, log)
+		r.attempts.wake <- event.GenericEvent{Object: &toolnexusv1alpha1.PendingRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name.Name, Namespace: name.Namespace}}}
+	}})
+	if !ok {
+		r.attempts.update(name, key, func(st *attemptState) { st.running = false })
+	}
+	return ok
+}
+
+// attempt sends msg to sink once. reason is the condition reason of a failure.
+func (r *NotifyReconciler) attempt(ctx context.Context, namespace string, sink toolnexusv1alpha1.NotifySink, msg notify.Message) (notify.Result, string) {
+	target, header, err := r.resolveSink(ctx, namespace, sink)
+	var missing *missingSecretError
+	if errors.As(err, &missing) {
+		// The Secret may yet be created: try again on the schedule, saying which Secret is missing.
+		return notify.Result{Retry: true, Err: err}, missing.reason
+	}
+	if err != nil {
+		return notify.Result{Retry: true, Err: err}, toolnexusv1alpha1.ReasonNotificationFailed
+	}
+	if !strings.HasPrefix(target, "http://") && !strings.HasPrefix(target, "https://") {
+		return notify.Result{Err: fmt.Errorf("the URL in Secret %q key %q must start with http:// or https://",
+			sink.URLFrom.SecretKeyRef.Name, sink.URLFrom.SecretKeyRef.Key)}, toolnexusv1alpha1.ReasonNotificationFailed
+	}
+	contentType, body, err := payload(sink.Format, msg)
+	if err != nil {
+		return notify.Result{Err: err}, toolnexusv1alpha1.ReasonNotificationFailed
+	}
+	return notify.Post(ctx, r.HTTPClient, target, header, contentType, body, r.Policy.Timeout), toolnexusv1alpha1.ReasonNotificationFailed
+}
+
+// resolveSink reads the sink's URL and header values; Secret values live for this attempt only.
+func (r *NotifyReconciler) resolveSink(ctx context.Context, namespace string, sink toolnexusv1alpha1.NotifySink) (string, http.Header, error) {
+	what := "spec.notify[" + sink.Name + "]"
+	target := sink.URL
+	if sink.URLFrom != nil {
+		var err error
+		if target, err = readSecretKey(ctx, r.APIReader, r.RequireSecretLabel, namespace, sink.URLFrom.SecretKeyRef, what+".urlFrom"); err != nil {
+			return "", nil, err
+		}
+		target = strings.TrimSpace(target)
+	}
+	header := http.Header{}
+	for _, h := range sink.Headers {
+		v := ""
+		switch {
+		case h.Value != nil:
+			v = *h.Value
+		case h.ValueFrom != nil:
+			var err error
+			if v, err = readSecretKey(ctx, r.APIReader, r.RequireSecretLabel, namespace, h.ValueFrom.SecretKeyRef, what+".headers "+h.Name); err != nil {
+				return "", nil, err
+			}
+		}
+		header.Add(h.Name, v)
+	}
+	return target, header, nil
+}
+
+// finish records how an attempt went: delivered, given up, or when to try again.
+func (r *NotifyReconciler) finish(name types.NamespacedName, key attemptKey, sink toolnexusv1alpha1.NotifySink, res notify.Result, reason string, log logr.Logger) {
+	now := r.Clock.Now()
+	outcome, attempts := "delivered", 0
+	r.attempts.update(name, key, func(st *attemptState) {
+		st.running = false
+		st.attempts++
+		attempts = st.attempts
+		record := func(o toolnexusv1alpha1.NotificationOutcome, reason, message string) {
+			st.done = &toolnexusv1alpha1.NotificationRecord{Sink: key.sink, Event: key.event, Outcome: o, Reason: reason,
+				Attempts: int32(min(st.attempts, 1<<30)), Message: truncate(message, 1024), Time: &metav1.Time{Time: now}}
+		}
+		switch {
+		case res.Delivered:
+			record(toolnexusv1alpha1.NotificationDelivered, "", "")
+		case res.Retry && st.attempts < r.Policy.MaxAttempts:
+			outcome = "retried"
+			st.lastError = truncate(res.Err.Error(), 512)
+			st.next = now.Add(r.Policy.Wait(st.attempts, res.RetryAfter))
+		default:
+			outcome = "failed"
+			record(toolnexusv1alpha1.NotificationFailed, reason, res.Err.Error())
+		}
+	})
+	format := string(sink.Format)
+	if format == "" {
+		format = string(toolnexusv1alpha1.NotifyFormatCloudEvents)
+	}
+	r.Metrics.notifications.WithLabelValues(format, strings.ToLower(string(key.event)), outcome).Inc()
+	if res.Err != nil {
+		log.V(1).Info("Notification attempt failed", "outcome", outcome, "attempt", attempts, "error", res.Err.Error())
+	}
+}
+
+// forget cancels the attempts of a request that is gone.
+func (r *NotifyReconciler) forget(name types.NamespacedName) {
+	for _, k := range r.attempts.forget(name) {
+		r.Executor.Cancel(k.jobKey())
+	}
+}
+
+// payload renders msg in the sink's format.
+func payload(format toolnexusv1alpha1.NotifyFormat, msg notify.Message) (contentType string, body []byte, err error) {
+	if format == toolnexusv1alpha1.NotifyFormatSlack {
+		body, err = notify.Slack(msg)
+		return "application/json", body, err
+	}
+	body, err = notify.CloudEvent(msg)
+	return "application/cloudevents+json", body, err
+}
+
+// messageOf is what the notifications of ev say about preq.
+func messageOf(preq *toolnexusv1alpha1.PendingRequest, ev toolnexusv1alpha1.NotifyEvent) notify.Message {
+	rq := preq.Spec.Request
+	m := notify.Message{
+		Event: notify.Event(strings.ToLower(string(ev))), Namespace: preq.Namespace, Name: preq.Name,
+		UID: string(preq.UID), Run: preq.Spec.RunRef.Name, Kind: rq.Kind, Prompt: rq.Prompt, URL: rq.URL,
+		Tool: preq.Spec.ToolCall.Name, Arguments: preq.Spec.ToolCall.Arguments, Time: preq.CreationTimestamp.Time,
+	}
+	if a := preq.Spec.Approvers; a != nil {
+		m.Users, m.Groups = slices.Clone(a.Users), slices.Clone(a.Groups)
+	}
+	if a := preq.Status.Answer; a != nil && ev != toolnexusv1alpha1.NotifyOpened {
+		m.Answer = &notify.Answer{OK: a.OK, Reason: a.Reason, AnsweredBy: preq.Status.AnsweredBy}
+		if t := preq.Status.AnsweredAt; t != nil {
+			m.Time = t.Time
+		}
+	}
+	return m
+}
+
+// SetupWithManager registers the notifier: it watches the PendingRequests that name sinks, and
+// the end of its own attempts.
+func (r *NotifyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil || r.Executor == nil {
+		return errors.New("NotifyReconciler needs APIReader, Recorder, Clock, Metrics and Executor")
+	}
+	if r.HTTPClient == nil {
+		r.HTTPClient = defaultHTTPClient()
+	}
+	r.Policy = r.Policy.OrDefault()
+	r.attempts = newAttempts()
+	return builder.ControllerManagedBy(mgr).
+		For(&toolnexusv1alpha1.PendingRequest{}, builder.WithPredicates(notifyWork())).
+		WatchesRawSource(source.Channel(r.attempts.wake, &handler.EnqueueRequestForObject{})).
+		Named("notify").
+		Complete(r)
+}
+
+// notifyWork passes the request events the notifier acts on: a request with sinks appearing, its
+// answer, a change of its Notified condition (the run's controller can overwrite it), a finished
+// delivery recorded (a sink's next event is due), and its deletion.
+func notifyWork() predicate.Predicate {
+	withSinks := func(o client.Object) bool {
+		p, ok := o.(*toolnexusv1alpha1.PendingRequest)
+		return ok && len(p.Spec.Notify) > 0
+	}
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return withSinks(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*toolnexusv1alpha1.PendingRequest)
+			n, ok2 := e.ObjectNew.(*toolnexusv1alpha1.PendingRequest)
+			if !ok1 || !ok2 || len(n.Spec.Notify) == 0 {
+				return false
+			}
+			was := meta.FindStatusCondition(o.Status.Conditions, toolnexusv1alpha1.ConditionNotified)
+			is := meta.FindStatusCondition(n.Status.Conditions, toolnexusv1alpha1.ConditionNotified)
+			return (o.Status.Answer == nil) != (n.Status.Answer == nil) || !equality.Semantic.DeepEqual(was, is) ||
+				len(o.Status.Notifications) != len(n.Status.Notifications)
+		},
+		DeleteFunc:  func(e event.DeleteEvent) bool { return withSinks(e.Object) },
+		GenericFunc: func(event.GenericEvent) bool { return true },
+	}
+}

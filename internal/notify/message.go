@@ -1,0 +1,102 @@
+// Package notify builds the notifications of PendingRequests (a CloudEvent or a Slack message)
+// and delivers one of them with one HTTP request, saying whether to retry. It keeps no state and
+// imports no Kubernetes: the controller decides what is due, when to try again, and records
+// what was delivered.
+package notify
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	cloudevent "github.com/cloudevents/sdk-go/v2/event"
+)
+
+// Event is what happened to a request, as it appears in a CloudEvent's type.
+type Event string
+
+// The events a sink can be told about.
+const (
+	Opened   Event = "opened"
+	Answered Event = "answered"
+	Expired  Event = "expired"
+)
+
+// EventTypePrefix starts the CloudEvents type of every notification: <prefix><event>.
+const EventTypePrefix = "dev.toolnexus.pendingrequest."
+
+// Message is what a notification says about one request.
+type Message struct {
+	Event Event
+	// Namespace, Name and UID identify the PendingRequest; Run is its AgentRun.
+	Namespace, Name, UID, Run string
+	// Kind, Prompt and URL are the request's (URL only for authorization).
+	Kind, Prompt, URL string
+	// Users and Groups may answer; both empty means whoever RBAC lets.
+	Users, Groups []string
+	// Tool and Arguments are the suspended call.
+	Tool, Arguments string
+	// Answer is set for Answered and Expired.
+	Answer *Answer
+	// Time is when the event happened: the request's creation, or its answer.
+	Time time.Time
+}
+
+// Answer is what the request was answered with.
+type Answer struct {
+	OK         bool
+	Reason     string
+	AnsweredBy string
+}
+
+// data is the CloudEvent's data.
+type data struct {
+	Namespace  string     `json:"namespace"`
+	Name       string     `json:"name"`
+	Run        string     `json:"run"`
+	Kind       string     `json:"kind"`
+	Prompt     string     `json:"prompt,omitempty"`
+	URL        string     `json:"url,omitempty"`
+	Approvers  *approvers `json:"approvers,omitempty"`
+	ToolCall   toolCall   `json:"toolCall"`
+	OK         *bool      `json:"ok,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	AnsweredBy string     `json:"answeredBy,omitempty"`
+}
+
+type approvers struct {
+	Users  []string `json:"users,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+type toolCall struct {
+	Name string `json:"name"`
+	// Arguments is the JSON object the model sent, as a string, as the PendingRequest shows it.
+	Arguments string `json:"arguments,omitempty"`
+}
+
+// CloudEvent renders m as a CloudEvents 1.0 event in structured mode. Its id, <request
+// uid>/<event>, is the same on every attempt, so a receiver can drop duplicates.
+func CloudEvent(m Message) ([]byte, error) {
+	d := data{Namespace: m.Namespace, Name: m.Name, Run: m.Run, Kind: m.Kind, Prompt: m.Prompt, URL: m.URL,
+		ToolCall: toolCall{Name: m.Tool, Arguments: m.Arguments}}
+	if len(m.Users)+len(m.Groups) > 0 {
+		d.Approvers = &approvers{Users: m.Users, Groups: m.Groups}
+	}
+	if a := m.Answer; a != nil {
+		d.OK, d.Reason, d.AnsweredBy = &a.OK, a.Reason, a.AnsweredBy
+	}
+	e := cloudevent.New(cloudevent.CloudEventsVersionV1)
+	e.SetID(m.UID + "/" + string(m.Event))
+	e.SetType(EventTypePrefix + string(m.Event))
+	e.SetSource(fmt.Sprintf("/namespaces/%s/agentruns/%s", m.Namespace, m.Run))
+	e.SetSubject(m.Name)
+	e.SetTime(m.Time)
+	if err := e.SetData(cloudevent.ApplicationJSON, d); err != nil {
+		return nil, fmt.Errorf("encoding the event data: %w", err)
+	}
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("building the CloudEvent: %w", err)
+	}
+	return json.Marshal(e)
+}
