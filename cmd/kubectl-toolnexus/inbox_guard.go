@@ -47,8 +47,8 @@ func newToken() (string, error) {
 //   - a request that changes something (any method but GET and HEAD) must also come with an
 //     Origin of the inbox itself, so another web site cannot make the browser submit a form (CSRF).
 //
-// Every response forbids framing, caching, sending the token onward in a Referer, and scripts or
-// styles from anywhere but the inbox.
+// Every response forbids framing, caching, a Referer to other sites, and scripts or styles from
+// anywhere but the inbox.
 type guard struct {
 	host  string // the bound address, host:port, as the browser sends it in Host
 	token string
@@ -66,7 +66,9 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with the
+	// inbox's own forms, and the Origin check could not tell them from another site's.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	if r.Host != g.host {
 		http.Error(w, "wrong Host: the inbox answers only at http://"+g.host, http.StatusMisdirectedRequest)

@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 )
 
@@ -228,5 +230,30 @@ func TestAnswerFromForm(t *testing.T) {
 				t.Errorf("answer %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// What a request holds comes from a model or a tool server: the page shows it as text, and a
+// sign-in link that is no web address does not run.
+func TestRequestPageEscapes(t *testing.T) {
+	pr := request("authorization", "")
+	pr.Name, pr.Namespace = "r", "ns"
+	pr.Spec.Request.Prompt = `<script>alert("prompt")</script>`
+	pr.Spec.Request.URL = `javascript:alert("url")`
+	v := requestView{Key: client.ObjectKey{Namespace: "ns", Name: "r"}, Request: pr, Open: true}
+	var b strings.Builder
+	if err := inboxTemplates.ExecuteTemplate(&b, "request.html", v); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, bad := range []string{`<script>alert`, `href="javascript:`} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the page holds %s", bad)
+		}
+	}
+	for _, want := range []string{`&lt;script&gt;alert(&#34;prompt&#34;)&lt;/script&gt;`, `href="#ZgotmplZ"`, `value="signed-in"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page does not hold %s", want)
+		}
 	}
 }
