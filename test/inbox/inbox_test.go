@@ -169,6 +169,48 @@ var _ = Describe("The inbox", func() {
 	})
 })
 
+var _ = Describe("The inbox's question form", func() {
+	It("sends the options alice picks, and the model receives them", func() {
+		ns := newNamespace()
+		model := looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "question", Arguments: `{"questions":[` +
+				`{"question":"Which region?","options":["eu","us"]},` +
+				`{"question":"Which sizes?","options":["S","M","L"],"multiple":true},` +
+				`{"question":"Why?"}]}`}),
+			looptest.OpenAIText("Noted."))
+		ask := &toolnexusv1alpha1.AgentRun{
+			ObjectMeta: metav1.ObjectMeta{Name: "ask", Namespace: ns},
+			Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "ask me", AgentSpec: toolnexusv1alpha1.AgentSpec{
+				Model:    toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: model.URL},
+				Builtins: []toolnexusv1alpha1.Builtin{"question"},
+			}},
+		}
+		Expect(admin.Create(ctx, ask)).To(Succeed())
+		preq := openRequest(ask)
+
+		url := startInbox("alice", ns)
+		browser := newBrowser(1100, 800)
+		base := strings.SplitN(url, "/?", 2)[0]
+		Expect(load(browser, chromedp.Navigate(url))).To(BeEquivalentTo(http.StatusOK))
+		Expect(load(browser, chromedp.Navigate(base+"/requests/"+ns+"/"+preq.Name))).To(BeEquivalentTo(http.StatusOK))
+		run(browser,
+			chromedp.Click(chromedp.CSS(`input[name="q.0"][value="eu"]`)),
+			chromedp.Click(chromedp.CSS(`input[name="q.1"][value="S"]`)),
+			chromedp.Click(chromedp.CSS(`input[name="q.1"][value="L"]`)),
+			chromedp.SendKeys(chromedp.CSS(`input[name="q.2"]`), "closer to users"))
+		Expect(load(browser, chromedp.Click(chromedp.CSS(`button[value=question]`)))).To(BeEquivalentTo(http.StatusOK))
+		Eventually(text(browser, "#run-phase"), eventually).Should(Equal("Succeeded"))
+
+		requests := model.Requests()
+		chat, err := requests[len(requests)-1].Chat()
+		Expect(err).NotTo(HaveOccurred())
+		last := chat.Messages[len(chat.Messages)-1]
+		Expect(last.Role).To(Equal("tool"))
+		Expect(last.Text()).To(MatchJSON(`{"answers":[{"question":"Which region?","answer":"eu"},` +
+			`{"question":"Which sizes?","answer":["S","L"]},{"question":"Why?","answer":"closer to users"}]}`))
+	})
+})
+
 // deployServer serves an MCP server whose deploy tool asks for a form: where, how many replicas,
 // whether to notify, and an optional note. The content of an accepted form arrives on received.
 func deployServer() (url string, received chan map[string]any) {
