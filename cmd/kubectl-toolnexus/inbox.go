@@ -74,7 +74,7 @@ func (o *options) runInbox(ctx context.Context, address string, open bool) error
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in := &inbox{o: o, objects: objects, namespace: ns, hub: newHub()}
+	in := newInbox(o, objects, ns)
 	for _, obj := range []client.Object{&toolnexusv1alpha1.PendingRequest{}, &toolnexusv1alpha1.AgentRun{}} {
 		informer, err := objects.GetInformer(ctx, obj)
 		if err != nil {

@@ -46,11 +46,12 @@ type inbox struct {
 	now       func() time.Time
 }
 
+func newInbox(o *options, objects client.Reader, namespace string) *inbox {
+	return &inbox{o: o, objects: objects, namespace: namespace, hub: newHub(),
+		streams: make(chan struct{}, maxStreams), now: time.Now}
+}
+
 func (in *inbox) routes() http.Handler {
-	in.streams = make(chan struct{}, maxStreams)
-	if in.now == nil {
-		in.now = time.Now
-	}
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(inboxFiles, "inbox/static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))

@@ -257,3 +257,19 @@ func TestRequestPageEscapes(t *testing.T) {
 		}
 	}
 }
+
+// An inbox started with -n serves the requests of that namespace only, whatever the URL says.
+func TestInboxKeepsToItsNamespace(t *testing.T) {
+	h := newInbox(&options{}, nil, "team-a").routes()
+	for _, r := range []*http.Request{
+		httptest.NewRequest("GET", "/requests/team-b/r", nil),
+		httptest.NewRequest("GET", "/requests/team-b/r/events", nil),
+		httptest.NewRequest("POST", "/requests/team-b/r", strings.NewReader("action=approve")),
+	} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "namespace team-a only") {
+			t.Errorf("%s %s: status %d %q, want 404", r.Method, r.URL, w.Code, w.Body)
+		}
+	}
+}
