@@ -218,8 +218,14 @@ func startInbox(user, ns string) string {
 
 // newBrowser starts a headless Chromium for the spec with a window of width x height.
 func newBrowser(width, height int) context.Context {
+	// Chromium leaves its profile and a singleton directory in TMPDIR: both go in one directory
+	// that is removed once the browser is gone.
+	tmp, err := os.MkdirTemp("", "inbox-chromium-")
+	Expect(err).NotTo(HaveOccurred())
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
+		chromedp.UserDataDir(filepath.Join(tmp, "profile")),
+		chromedp.Env("TMPDIR="+tmp),
 		chromedp.NoSandbox, // as root, Chromium refuses to start with its sandbox
 		chromedp.DisableGPU,
 		chromedp.WindowSize(width, height),
@@ -229,6 +235,7 @@ func newBrowser(width, height int) context.Context {
 	DeferCleanup(func() {
 		cancel()
 		cancelAlloc()
+		Expect(os.RemoveAll(tmp)).To(Succeed())
 	})
 	Expect(chromedp.Do(browser)).To(Succeed(), "starting %s", chromium)
 	return browser
