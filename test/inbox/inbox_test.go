@@ -211,6 +211,50 @@ var _ = Describe("The inbox's question form", func() {
 	})
 })
 
+var _ = Describe("The inbox's sign-in page", func() {
+	It("links to the login and resumes the tool when alice has signed in", func() {
+		ns := newNamespace()
+		ts := toolstest.Serve(GinkgoT(), func(c toolstest.Call) (int, string) {
+			if c.Answer == nil {
+				return http.StatusOK, `{"auth_required":true,"auth_url":"http://127.0.0.1:9/login?state=x","auth_id":"a1"}`
+			}
+			return http.StatusOK, "3 new issues"
+		})
+		model := looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "issues", Arguments: `{}`}),
+			looptest.OpenAIText("You have 3 new issues."))
+		issues := &toolnexusv1alpha1.AgentRun{
+			ObjectMeta: metav1.ObjectMeta{Name: "issues", Namespace: ns},
+			Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "any new issues?", AgentSpec: toolnexusv1alpha1.AgentSpec{
+				Model: toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: model.URL},
+				Tools: []toolnexusv1alpha1.ToolSpec{{
+					Name: "issues", Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object"}`)},
+					HTTP: &toolnexusv1alpha1.HTTPToolSpec{URL: ts.URL + "/issues"},
+				}},
+			}},
+		}
+		Expect(admin.Create(ctx, issues)).To(Succeed())
+		preq := openRequest(issues)
+		Expect(preq.Spec.Request.Kind).To(Equal("authorization"))
+
+		url := startInbox("alice", ns)
+		browser := newBrowser(1100, 800)
+		base := strings.SplitN(url, "/?", 2)[0]
+		Expect(load(browser, chromedp.Navigate(url))).To(BeEquivalentTo(http.StatusOK))
+		Expect(load(browser, chromedp.Navigate(base+"/requests/"+ns+"/"+preq.Name))).To(BeEquivalentTo(http.StatusOK))
+		link, err := chromedp.Run(browser, chromedp.OuterHTML(chromedp.CSS("a.signin")))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(link).To(And(ContainSubstring(`href="http://127.0.0.1:9/login?state=x"`), ContainSubstring(`rel="noopener noreferrer"`)))
+		Expect(load(browser, chromedp.Click(chromedp.CSS(`button[value=signed-in]`)))).To(BeEquivalentTo(http.StatusOK))
+		Eventually(text(browser, "#run-phase"), eventually).Should(Equal("Succeeded"))
+		Eventually(text(browser, ".run"), eventually).Should(ContainSubstring("You have 3 new issues."))
+		calls := ts.Calls()
+		Expect(calls).To(HaveLen(2))
+		Expect(calls[1].Answer).NotTo(BeNil())
+		Expect(calls[1].Answer.OK).To(BeTrue(), "the retry carries alice's answer")
+	})
+})
+
 // deployServer serves an MCP server whose deploy tool asks for a form: where, how many replicas,
 // whether to notify, and an optional note. The content of an accepted form arrives on received.
 func deployServer() (url string, received chan map[string]any) {
