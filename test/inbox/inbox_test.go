@@ -21,26 +21,51 @@ import (
 	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
+// newRun is a run of prompt against the fake model, its agent spec completed by configure.
+func newRun(ns, name, prompt string, model *looptest.Server, configure func(*toolnexusv1alpha1.AgentSpec)) *toolnexusv1alpha1.AgentRun {
+	run := &toolnexusv1alpha1.AgentRun{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: prompt, AgentSpec: toolnexusv1alpha1.AgentSpec{
+			Model: toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: model.URL},
+		}},
+	}
+	configure(&run.Spec.AgentSpec)
+	return run
+}
+
+// httpTool is an HTTP tool at the fake tool server.
+func httpTool(name string, ts *toolstest.Server) toolnexusv1alpha1.ToolSpec {
+	return toolnexusv1alpha1.ToolSpec{
+		Name: name, Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object"}`)},
+		HTTP: &toolnexusv1alpha1.HTTPToolSpec{URL: ts.URL + "/" + name},
+	}
+}
+
 // purchaseRun is a run whose purchase tool needs alice's approval.
 func purchaseRun(ns string, ts *toolstest.Server) *toolnexusv1alpha1.AgentRun {
 	model := looptest.New(GinkgoT(),
 		looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "purchase", Arguments: `{"amount":5000,"item":"gpu"}`}),
 		looptest.OpenAIText("Bought the gpu."))
-	return &toolnexusv1alpha1.AgentRun{
-		ObjectMeta: metav1.ObjectMeta{Name: "buy-gpu", Namespace: ns},
-		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "buy a gpu", AgentSpec: toolnexusv1alpha1.AgentSpec{
-			Model: toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: model.URL},
-			Tools: []toolnexusv1alpha1.ToolSpec{{
-				Name: "purchase", Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object"}`)},
-				HTTP: &toolnexusv1alpha1.HTTPToolSpec{URL: ts.URL + "/purchase"},
-			}},
-			Approvals: []toolnexusv1alpha1.ApprovalGate{{Tools: []string{"purchase"}, Prompt: "Approve buying {{.arguments}}?"}},
-			Suspension: &toolnexusv1alpha1.SuspensionPolicy{
-				Timeout:   &metav1.Duration{Duration: 24 * time.Hour},
-				Approvers: &toolnexusv1alpha1.Approvers{Users: []string{"alice"}},
-			},
-		}},
-	}
+	return newRun(ns, "buy-gpu", "buy a gpu", model, func(a *toolnexusv1alpha1.AgentSpec) {
+		a.Tools = []toolnexusv1alpha1.ToolSpec{httpTool("purchase", ts)}
+		a.Approvals = []toolnexusv1alpha1.ApprovalGate{{Tools: []string{"purchase"}, Prompt: "Approve buying {{.arguments}}?"}}
+		a.Suspension = &toolnexusv1alpha1.SuspensionPolicy{
+			Timeout:   &metav1.Duration{Duration: 24 * time.Hour},
+			Approvers: &toolnexusv1alpha1.Approvers{Users: []string{"alice"}},
+		}
+	})
+}
+
+// openRequestPage starts user's inbox for the request's namespace and opens the request's page
+// in a browser window of width x height.
+func openRequestPage(user string, preq *toolnexusv1alpha1.PendingRequest, width, height int) context.Context {
+	GinkgoHelper()
+	url := startInbox(user, preq.Namespace)
+	browser := newBrowser(width, height)
+	base := strings.SplitN(url, "/?", 2)[0]
+	Expect(load(browser, chromedp.Navigate(url))).To(BeEquivalentTo(http.StatusOK))
+	Expect(load(browser, chromedp.Navigate(base+"/requests/"+preq.Namespace+"/"+preq.Name))).To(BeEquivalentTo(http.StatusOK))
+	return browser
 }
 
 func purchaseTool() *toolstest.Server {
@@ -115,11 +140,7 @@ var _ = Describe("The inbox", func() {
 		preq := openRequest(buy)
 		Eventually(phase(buy), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSuspended))
 
-		url := startInbox("bob", ns)
-		browser := newBrowser(1100, 800)
-		base := strings.SplitN(url, "/?", 2)[0]
-		Expect(load(browser, chromedp.Navigate(url))).To(BeEquivalentTo(http.StatusOK))
-		Expect(load(browser, chromedp.Navigate(base+"/requests/"+ns+"/"+preq.Name))).To(BeEquivalentTo(http.StatusOK))
+		browser := openRequestPage("bob", preq, 1100, 800)
 		Expect(load(browser, chromedp.Click(chromedp.CSS(`button[value=approve]`)))).To(BeEquivalentTo(http.StatusForbidden))
 		Expect(text(browser, "#error")()).To(ContainSubstring("user bob may not answer this request: spec.approvers allows only"))
 		Expect(text(browser, "#actions")()).To(ContainSubstring("Approve"), "the request can still be answered")
@@ -136,22 +157,14 @@ var _ = Describe("The inbox", func() {
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "ops_deploy", Arguments: `{"service":"web"}`}),
 			looptest.OpenAIText("Deployed."))
-		deploy := &toolnexusv1alpha1.AgentRun{
-			ObjectMeta: metav1.ObjectMeta{Name: "deploy-web", Namespace: ns},
-			Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "deploy web", AgentSpec: toolnexusv1alpha1.AgentSpec{
-				Model:      toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: model.URL},
-				MCPServers: []toolnexusv1alpha1.MCPServerSpec{{Name: "ops", URL: mcpURL}},
-			}},
-		}
+		deploy := newRun(ns, "deploy-web", "deploy web", model, func(a *toolnexusv1alpha1.AgentSpec) {
+			a.MCPServers = []toolnexusv1alpha1.MCPServerSpec{{Name: "ops", URL: mcpURL}}
+		})
 		Expect(admin.Create(ctx, deploy)).To(Succeed())
 		preq := openRequest(deploy)
 		Expect(preq.Spec.Request.Kind).To(Equal("input"))
 
-		url := startInbox("alice", ns)
-		browser := newBrowser(420, 900) // a phone-sized window
-		base := strings.SplitN(url, "/?", 2)[0]
-		Expect(load(browser, chromedp.Navigate(url))).To(BeEquivalentTo(http.StatusOK))
-		Expect(load(browser, chromedp.Navigate(base+"/requests/"+ns+"/"+preq.Name))).To(BeEquivalentTo(http.StatusOK))
+		browser := openRequestPage("alice", preq, 420, 900) // a phone-sized window
 		Expect(text(browser, "#actions")()).To(And(ContainSubstring("Environment"), ContainSubstring("Replicas"), ContainSubstring("Notify the team")))
 		run(browser,
 			chromedp.SetValue(chromedp.CSS(`select[name="f.env"]`), "staging"),
@@ -178,21 +191,13 @@ var _ = Describe("The inbox's question form", func() {
 				`{"question":"Which sizes?","options":["S","M","L"],"multiple":true},` +
 				`{"question":"Why?"}]}`}),
 			looptest.OpenAIText("Noted."))
-		ask := &toolnexusv1alpha1.AgentRun{
-			ObjectMeta: metav1.ObjectMeta{Name: "ask", Namespace: ns},
-			Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "ask me", AgentSpec: toolnexusv1alpha1.AgentSpec{
-				Model:    toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: model.URL},
-				Builtins: []toolnexusv1alpha1.Builtin{"question"},
-			}},
-		}
+		ask := newRun(ns, "ask", "ask me", model, func(a *toolnexusv1alpha1.AgentSpec) {
+			a.Builtins = []toolnexusv1alpha1.Builtin{"question"}
+		})
 		Expect(admin.Create(ctx, ask)).To(Succeed())
 		preq := openRequest(ask)
 
-		url := startInbox("alice", ns)
-		browser := newBrowser(1100, 800)
-		base := strings.SplitN(url, "/?", 2)[0]
-		Expect(load(browser, chromedp.Navigate(url))).To(BeEquivalentTo(http.StatusOK))
-		Expect(load(browser, chromedp.Navigate(base+"/requests/"+ns+"/"+preq.Name))).To(BeEquivalentTo(http.StatusOK))
+		browser := openRequestPage("alice", preq, 1100, 800)
 		run(browser,
 			chromedp.Click(chromedp.CSS(`input[name="q.0"][value="eu"]`)),
 			chromedp.Click(chromedp.CSS(`input[name="q.1"][value="S"]`)),
@@ -223,25 +228,14 @@ var _ = Describe("The inbox's sign-in page", func() {
 		model := looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "issues", Arguments: `{}`}),
 			looptest.OpenAIText("You have 3 new issues."))
-		issues := &toolnexusv1alpha1.AgentRun{
-			ObjectMeta: metav1.ObjectMeta{Name: "issues", Namespace: ns},
-			Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "any new issues?", AgentSpec: toolnexusv1alpha1.AgentSpec{
-				Model: toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: model.URL},
-				Tools: []toolnexusv1alpha1.ToolSpec{{
-					Name: "issues", Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object"}`)},
-					HTTP: &toolnexusv1alpha1.HTTPToolSpec{URL: ts.URL + "/issues"},
-				}},
-			}},
-		}
+		issues := newRun(ns, "issues", "any new issues?", model, func(a *toolnexusv1alpha1.AgentSpec) {
+			a.Tools = []toolnexusv1alpha1.ToolSpec{httpTool("issues", ts)}
+		})
 		Expect(admin.Create(ctx, issues)).To(Succeed())
 		preq := openRequest(issues)
 		Expect(preq.Spec.Request.Kind).To(Equal("authorization"))
 
-		url := startInbox("alice", ns)
-		browser := newBrowser(1100, 800)
-		base := strings.SplitN(url, "/?", 2)[0]
-		Expect(load(browser, chromedp.Navigate(url))).To(BeEquivalentTo(http.StatusOK))
-		Expect(load(browser, chromedp.Navigate(base+"/requests/"+ns+"/"+preq.Name))).To(BeEquivalentTo(http.StatusOK))
+		browser := openRequestPage("alice", preq, 1100, 800)
 		link, err := chromedp.Run(browser, chromedp.OuterHTML(chromedp.CSS("a.signin")))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(link).To(And(ContainSubstring(`href="http://127.0.0.1:9/login?state=x"`), ContainSubstring(`rel="noopener noreferrer"`)))
