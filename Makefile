@@ -61,15 +61,27 @@ test: ## Run every suite (test-unit, test-e2e, test-chaos) even when one fails; 
 	MAKE="$(MAKE)" hack/test-all.sh test-unit test-e2e test-chaos
 
 .PHONY: test-unit
-test-unit: manifests generate kustomize ## Run the unit and envtest integration tests (go test ./...).
+test-unit: manifests generate kustomize chromium ## Run the unit and envtest integration tests (go test ./...).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go test $(GO_TEST_FLAGS) ./...
 
 FLAKE_RUNS ?= 10
 FLAKE_PKGS ?= ./...
 FLAKE_FLAGS ?=
 .PHONY: test-flakes
-test-flakes: manifests generate kustomize ## Run FLAKE_PKGS (default ./...) FLAKE_RUNS times, shuffled with a new seed each run; count failures per test.
+test-flakes: manifests generate kustomize chromium ## Run FLAKE_PKGS (default ./...) FLAKE_RUNS times, shuffled with a new seed each run; count failures per test.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go run ./hack/flakes -runs $(FLAKE_RUNS) $(FLAKE_FLAGS) $(FLAKE_PKGS)
+
+# The inbox's browser tests (test/inbox) drive Debian's chromium; as root it is installed when
+# missing, otherwise the target stops and names the package.
+.PHONY: chromium
+chromium: ## Install Debian's chromium package, which the inbox's browser tests drive, when it is missing.
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	  else echo "The inbox's browser tests (test/inbox) need Debian's chromium package: sudo apt-get install -y chromium" >&2; exit 1; fi; }
+
+.PHONY: inbox-screenshots
+inbox-screenshots: manifests generate chromium ## Run the inbox's browser tests and save the README's screenshots into docs/images.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" INBOX_SCREENSHOTS=docs/images go test $(GO_TEST_FLAGS) ./test/inbox/
 
 .PHONY: test-chaos
 test-chaos: manifests generate ## Chaos e2e: 100 runs while the manager is SIGKILLed 20+ times, the API server restarts and a leader fails over.

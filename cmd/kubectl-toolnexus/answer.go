@@ -98,32 +98,11 @@ func newAnswerCommand(o *options) *cobra.Command {
 	return cmd
 }
 
-// runAnswer sets the request's status.answer with a merge patch of the status subresource, the
-// patch `kubectl patch preq NAME --subresource=status --type=merge` sends. The API server stamps
-// answeredBy and answeredAt and enforces who may answer.
+// runAnswer answers the request, prints what it did and, with --wait, follows the run.
 func (o *options) runAnswer(ctx context.Context, name string, ans toolnexusv1alpha1.Answer, verb string, f *answerFlags) error {
-	pr := &toolnexusv1alpha1.PendingRequest{}
-	if err := o.client.Get(ctx, client.ObjectKey{Namespace: o.namespace, Name: name}, pr); err != nil {
-		return err
-	}
-	if prev := pr.Status.Answer; prev != nil {
-		return fmt.Errorf("pendingrequests.toolnexus.dev %q is already answered (%s by %s); an answer cannot be changed",
-			name, describeAnswer(prev), orUnknown(pr.Status.AnsweredBy))
-	}
-	if pr.Status.Phase == toolnexusv1alpha1.RequestPhaseCancelled {
-		return fmt.Errorf("pendingrequests.toolnexus.dev %q was cancelled; there is nothing to answer", name)
-	}
-	// The id pins the answer to this request: the API server refuses it for any other.
-	ans.ID = pr.Spec.Request.ID
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"answer": ans}})
+	pr, err := o.sendAnswer(ctx, client.ObjectKey{Namespace: o.namespace, Name: name}, ans)
 	if err != nil {
 		return err
-	}
-	if err := o.client.Status().Patch(ctx, pr, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return err
-		}
-		return fmt.Errorf("the API server refused the answer: %w", err)
 	}
 	fmt.Fprintf(o.out, "pendingrequest.toolnexus.dev/%s %s\n", name, verb)
 	if !f.wait {
@@ -136,6 +115,36 @@ func (o *options) runAnswer(ctx context.Context, name string, ans toolnexusv1alp
 		return err
 	}
 	return o.printRunState(run)
+}
+
+// sendAnswer sets the request's status.answer with a merge patch of the status subresource, the
+// patch `kubectl patch preq NAME --subresource=status --type=merge` sends. The API server stamps
+// answeredBy and answeredAt and enforces who may answer; its refusal is returned as it gave it.
+func (o *options) sendAnswer(ctx context.Context, key client.ObjectKey, ans toolnexusv1alpha1.Answer) (*toolnexusv1alpha1.PendingRequest, error) {
+	pr := &toolnexusv1alpha1.PendingRequest{}
+	if err := o.client.Get(ctx, key, pr); err != nil {
+		return nil, err
+	}
+	if prev := pr.Status.Answer; prev != nil {
+		return nil, fmt.Errorf("pendingrequests.toolnexus.dev %q is already answered (%s by %s); an answer cannot be changed",
+			key.Name, describeAnswer(prev), orUnknown(pr.Status.AnsweredBy))
+	}
+	if pr.Status.Phase == toolnexusv1alpha1.RequestPhaseCancelled {
+		return nil, fmt.Errorf("pendingrequests.toolnexus.dev %q was cancelled; there is nothing to answer", key.Name)
+	}
+	// The id pins the answer to this request: the API server refuses it for any other.
+	ans.ID = pr.Spec.Request.ID
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"answer": ans}})
+	if err != nil {
+		return nil, err
+	}
+	if err := o.client.Status().Patch(ctx, pr, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("the API server refused the answer: %w", err)
+	}
+	return pr, nil
 }
 
 func describeAnswer(a *toolnexusv1alpha1.Answer) string {

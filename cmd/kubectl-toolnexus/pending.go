@@ -18,6 +18,23 @@ func isOpen(pr *toolnexusv1alpha1.PendingRequest) bool {
 	return pr.Status.Answer == nil && pr.Status.Phase != toolnexusv1alpha1.RequestPhaseCancelled
 }
 
+// openRequests are the open ones of items, by namespace and then oldest first.
+func openRequests(items []toolnexusv1alpha1.PendingRequest) []*toolnexusv1alpha1.PendingRequest {
+	var open []*toolnexusv1alpha1.PendingRequest
+	for i := range items {
+		if isOpen(&items[i]) {
+			open = append(open, &items[i])
+		}
+	}
+	sort.SliceStable(open, func(i, j int) bool {
+		if open[i].Namespace != open[j].Namespace {
+			return open[i].Namespace < open[j].Namespace
+		}
+		return open[i].CreationTimestamp.Before(&open[j].CreationTimestamp)
+	})
+	return open
+}
+
 func newPendingCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pending",
@@ -38,18 +55,7 @@ func (o *options) runPending(ctx context.Context) error {
 	if err := o.client.List(ctx, list, client.InNamespace(o.listNamespace())); err != nil {
 		return err
 	}
-	var open []*toolnexusv1alpha1.PendingRequest
-	for i := range list.Items {
-		if isOpen(&list.Items[i]) {
-			open = append(open, &list.Items[i])
-		}
-	}
-	sort.SliceStable(open, func(i, j int) bool {
-		if open[i].Namespace != open[j].Namespace {
-			return open[i].Namespace < open[j].Namespace
-		}
-		return open[i].CreationTimestamp.Before(&open[j].CreationTimestamp)
-	})
+	open := openRequests(list.Items)
 	if o.output != "" {
 		objs := make([]client.Object, len(open))
 		for i, pr := range open {

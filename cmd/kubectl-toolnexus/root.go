@@ -60,6 +60,7 @@ PendingRequest's status subresource, so the API server decides whether you may g
 		newTranscriptCommand(o),
 		newWaitCommand(o),
 		newRunCommand(o),
+		newInboxCommand(o),
 	)
 	return root
 }

@@ -38,31 +38,42 @@ func (o *options) runTranscript(ctx context.Context, name string) error {
 	if err := o.client.Get(ctx, client.ObjectKey{Namespace: o.namespace, Name: name}, run); err != nil {
 		return err
 	}
+	st, err := o.loadTranscript(ctx, run)
+	if err != nil {
+		return err
+	}
+	if o.output != "" {
+		return o.printData(st)
+	}
+	return printTranscript(o.out, run, st)
+}
+
+// loadTranscript reads the run's state from the AgentRunRecords it owns: the head and, in order,
+// the sealed segments that hold the older messages.
+func (o *options) loadTranscript(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (*state.State, error) {
+	name := run.Name
 	if run.Status.TranscriptRef == nil || run.Status.TranscriptRef.Name == "" {
-		return fmt.Errorf("agentruns.toolnexus.dev %q has no transcript yet (status.transcriptRef is empty): the run has not taken a step", name)
+		return nil, fmt.Errorf("agentruns.toolnexus.dev %q has no transcript yet (status.transcriptRef is empty): the run has not taken a step", name)
 	}
 	head := &record.Head{}
 	if err := o.readRecord(ctx, run.Namespace, run.Status.TranscriptRef.Name, head); err != nil {
-		return fmt.Errorf("reading the transcript of agentruns.toolnexus.dev %q: %w", name, err)
+		return nil, fmt.Errorf("reading the transcript of agentruns.toolnexus.dev %q: %w", name, err)
 	}
 	if head.State == nil {
-		return fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: the record has no state", run.Status.TranscriptRef.Name)
+		return nil, fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: the record has no state", run.Status.TranscriptRef.Name)
 	}
 	// The sealed segments hold the older messages, in order; the head holds the rest.
 	segs := make([]*record.Segment, len(head.Segments))
 	for i, ref := range head.Segments {
 		segs[i] = &record.Segment{}
 		if err := o.readRecord(ctx, run.Namespace, ref.Name, segs[i]); err != nil {
-			return fmt.Errorf("reading transcript segment %q of agentruns.toolnexus.dev %q: %w", ref.Name, name, err)
+			return nil, fmt.Errorf("reading transcript segment %q of agentruns.toolnexus.dev %q: %w", ref.Name, name, err)
 		}
 	}
 	if err := record.Join(head, segs); err != nil {
-		return err
+		return nil, err
 	}
-	if o.output != "" {
-		return o.printData(head.State)
-	}
-	return printTranscript(o.out, run, head.State)
+	return head.State, nil
 }
 
 // readRecord decodes one AgentRunRecord into v.

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+)
+
+// requestRow is what the list shows of an open request.
+type requestRow struct {
+	Namespace, Name, Run, Kind, Prompt, Tool, Arguments, Approvers, Age, Expires, Href string
+}
+
+func (in *inbox) rows(ctx context.Context) ([]requestRow, error) {
+	list := &toolnexusv1alpha1.PendingRequestList{}
+	if err := in.objects.List(ctx, list, client.InNamespace(in.namespace)); err != nil {
+		return nil, err
+	}
+	open := openRequests(list.Items)
+	rows := make([]requestRow, len(open))
+	for i, pr := range open {
+		rows[i] = in.row(pr)
+	}
+	return rows, nil
+}
+
+func (in *inbox) row(pr *toolnexusv1alpha1.PendingRequest) requestRow {
+	now := in.now()
+	return requestRow{
+		Namespace: pr.Namespace, Name: pr.Name, Run: pr.Spec.RunRef.Name, Kind: pr.Spec.Request.Kind,
+		Prompt: pr.Spec.Request.Prompt, Tool: pr.Spec.ToolCall.Name, Arguments: oneLine(pr.Spec.ToolCall.Arguments, 120),
+		Approvers: approversText(pr.Spec.Approvers), Age: age(pr.CreationTimestamp, now),
+		Expires: expiresText(pr.Spec.Request.ExpiresAt, now),
+		Href:    "/requests/" + pr.Namespace + "/" + pr.Name,
+	}
+}
+
+// approversText says who may answer, as the API server's rules decide it.
+func approversText(a *toolnexusv1alpha1.Approvers) string {
+	if a == nil || len(a.Users)+len(a.Groups) == 0 {
+		return "anyone RBAC allows to answer"
+	}
+	who := append([]string{}, a.Users...)
+	for _, g := range a.Groups {
+		who = append(who, "group "+g)
+	}
+	return strings.Join(who, ", ")
+}
+
+func expiresText(at string, now time.Time) string {
+	if at == "" {
+		return "never"
+	}
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return at
+	}
+	if !t.After(now) {
+		return "now"
+	}
+	return "in " + duration.HumanDuration(t.Sub(now))
+}
+
+// requestView is what a request's page shows.
+type requestView struct {
+	Key     client.ObjectKey
+	Error   string // what went wrong with the last action, as the API server said it
+	Missing string // why the request cannot be shown
+
+	Request    *toolnexusv1alpha1.PendingRequest
+	Row        requestRow
+	Arguments  string
+	Data       string
+	Open       bool
+	Answer     string
+	AnsweredBy string
+	AnsweredAt string
+
+	Fields    []formField // the form of an MCP elicitation
+	FormError string      // why the schema is offered as JSON instead
+	Questions []question
+
+	Run          *toolnexusv1alpha1.AgentRun
+	RunPhase     string
+	RunReason    string
+	Transcript   string
+	RunReadError string
+}
+
+// requestView reads the request, its run and the run's transcript from the API server.
+func (in *inbox) requestView(ctx context.Context, key client.ObjectKey, errMsg string) requestView {
+	v := requestView{Key: key, Error: errMsg}
+	pr := &toolnexusv1alpha1.PendingRequest{}
+	if err := in.o.client.Get(ctx, key, pr); err != nil {
+		v.Missing = err.Error()
+		return v
+	}
+	v.Request, v.Row, v.Open = pr, in.row(pr), isOpen(pr)
+	v.Arguments = prettyJSON(pr.Spec.ToolCall.Arguments, "")
+	if d := pr.Spec.Request.Data; d != nil && len(d.Raw) > 0 && string(d.Raw) != "{}" {
+		v.Data = prettyJSON(string(d.Raw), "")
+	}
+	if a := pr.Status.Answer; a != nil {
+		v.Answer, v.AnsweredBy = describeAnswer(a), orUnknown(pr.Status.AnsweredBy)
+		if pr.Status.AnsweredAt != nil {
+			v.AnsweredAt = pr.Status.AnsweredAt.UTC().Format(time.RFC3339)
+		}
+	}
+	data := dataOf(pr)
+	if len(data.Schema) > 0 {
+		var err error
+		if v.Fields, err = formFields(data.Schema); err != nil {
+			v.FormError = err.Error()
+		}
+	}
+	v.Questions = data.Questions
+
+	run := &toolnexusv1alpha1.AgentRun{}
+	if err := in.o.client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: pr.Spec.RunRef.Name}, run); err != nil {
+		v.RunReadError = err.Error()
+		return v
+	}
+	v.Run, v.RunPhase = run, runPhase(run)
+	if c := meta.FindStatusCondition(run.Status.Conditions, toolnexusv1alpha1.ConditionSucceeded); c != nil && c.Status == metav1.ConditionFalse {
+		v.RunReason = c.Reason + ": " + c.Message
+	}
+	st, err := in.o.loadTranscript(ctx, run)
+	if err != nil {
+		v.RunReadError = err.Error()
+		return v
+	}
+	var b strings.Builder
+	if err := printTranscript(&b, run, st); err != nil {
+		v.RunReadError = err.Error()
+	}
+	v.Transcript = b.String()
+	return v
+}

@@ -1,0 +1,292 @@
+// Package inbox_test drives `kubectl toolnexus inbox` with a real headless Chromium against a real
+// API server: the manager runs in-process as its ServiceAccount with config/rbac and
+// config/policies installed, the inbox runs as the built plugin with a person's kubeconfig, and
+// the browser clicks through its pages as that person would.
+//
+// Chromium is Debian's chromium package (make test-unit installs it). Without it the suite fails.
+// INBOX_SCREENSHOTS=docs/images (a directory, relative to the repository root) saves the pages the
+// README shows.
+package inbox_test
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/testenv"
+)
+
+const eventually = 30 * time.Second
+
+var (
+	env   *envtest.Environment
+	ctx   = context.Background()
+	admin client.Client
+	// plugin is the built kubectl-toolnexus; kubeconfigs are alice's (an answerer, the runs'
+	// approver) and bob's (an answerer RBAC allows, but no approver).
+	plugin      string
+	kubeconfigs = map[string]string{}
+	chromium    string
+	stopManager func()
+)
+
+func TestInbox(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "kubectl toolnexus inbox (envtest, headless Chromium)")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	var err error
+	chromium, err = exec.LookPath("chromium")
+	Expect(err).NotTo(HaveOccurred(), "the inbox tests need a browser: install Debian's chromium package (make test-unit does: apt-get install -y chromium)")
+
+	dir := GinkgoT().TempDir()
+	By("building kubectl-toolnexus")
+	_, err = testenv.Build(dir, "./cmd/kubectl-toolnexus")
+	Expect(err).NotTo(HaveOccurred())
+	plugin = filepath.Join(dir, "kubectl-toolnexus")
+
+	env, err = testenv.New()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err := env.Start()
+	Expect(err).NotTo(HaveOccurred())
+	scheme, err := testenv.Scheme()
+	Expect(err).NotTo(HaveOccurred())
+	admin, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	By("installing config/rbac and config/policies")
+	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "toolnexus-system"}})).To(Succeed())
+	for _, d := range []string{"rbac", "policies"} {
+		objs, err := testenv.Kustomize(filepath.Join(testenv.RepoRoot(), "config", d))
+		Expect(err).NotTo(HaveOccurred())
+		for _, obj := range objs {
+			Expect(admin.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
+		}
+	}
+	// Both answer (answerer) and read transcripts (viewer, which the built-in view aggregates).
+	for _, role := range []string{"toolnexus-answerer", "toolnexus-agentrun-viewer"} {
+		Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "test-" + role},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{
+				{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"},
+				{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "bob"},
+			},
+		})).To(Succeed())
+	}
+	for _, name := range []string{"alice", "bob"} {
+		kubeconfigs[name], err = testenv.WriteKubeconfig(env, envtest.User{Name: name}, dir)
+		Expect(err).NotTo(HaveOccurred())
+	}
+	By("waiting for RBAC to grant alice and bob their roles")
+	for _, user := range []string{"alice", "bob"} {
+		for _, attrs := range []authorizationv1.ResourceAttributes{
+			{Verb: "patch", Resource: "pendingrequests", Subresource: "status"},
+			{Verb: "watch", Resource: "pendingrequests"},
+			{Verb: "get", Resource: "agentrunrecords"},
+		} {
+			attrs.Group = toolnexusv1alpha1.GroupVersion.Group
+			Eventually(func() (bool, error) {
+				review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attrs}}
+				err := admin.Create(ctx, review)
+				return review.Status.Allowed, err
+			}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "%s may %s %s", user, attrs.Verb, attrs.Resource)
+		}
+	}
+
+	// The policies are enforced, and discovery serves the CRDs to new clients, a moment after
+	// they are created: wait until the plugin, as each person, meets both.
+	By("waiting until bob is refused and alice's answer is stamped")
+	ns := newNamespace()
+	// bob first: once his answer is refused the rules are enforced, and they accept alice's answer
+	// only with the answeredBy stamp.
+	for _, probe := range [][2]string{{"bob", "user bob may not answer this request"}, {"alice", "approved"}} {
+		user, want := probe[0], probe[1]
+		Eventually(func() (string, error) {
+			preq := &toolnexusv1alpha1.PendingRequest{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns},
+				Spec: toolnexusv1alpha1.PendingRequestSpec{
+					RunRef:    toolnexusv1alpha1.RunReference{Name: "probe"},
+					ToolCall:  toolnexusv1alpha1.ToolCall{ID: "call_1", Name: "probe", Arguments: "{}"},
+					Request:   toolnexusv1alpha1.Request{ID: "probe", Kind: "approval", Prompt: "Probe?"},
+					Approvers: &toolnexusv1alpha1.Approvers{Users: []string{"alice"}},
+				},
+			}
+			if err := admin.Create(ctx, preq); err != nil {
+				return "", err
+			}
+			out, _ := exec.Command(plugin, "--kubeconfig", kubeconfigs[user], "-n", ns, "approve", preq.Name).CombinedOutput()
+			return string(out), nil
+		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(ContainSubstring(want), user)
+	}
+
+	manager, err := env.AddUser(envtest.User{Name: "system:serviceaccount:toolnexus-system:toolnexus-controller-manager",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:toolnexus-system"}}, cfg)
+	Expect(err).NotTo(HaveOccurred())
+	runManager(manager.Config())
+})
+
+var _ = AfterSuite(func() {
+	if stopManager != nil {
+		stopManager()
+	}
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+})
+
+// runManager runs the AgentRun controller with the manager's identity until the suite ends.
+func runManager(cfg *rest.Config) {
+	skip := true
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: admin.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: &skip},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect((&controller.AgentRunReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
+		Metrics: controller.NewMetrics(prometheus.NewRegistry(), mgr.GetClient()),
+	}).SetupWithManager(mgr)).To(Succeed())
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	stopManager = func() {
+		cancel()
+		<-done
+	}
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(runCtx)).To(Succeed())
+	}()
+}
+
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "inbox-"}}
+	Expect(admin.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}
+
+// startInbox runs `kubectl toolnexus -n ns inbox` as user until the spec ends and returns the URL
+// it printed.
+func startInbox(user, ns string) string {
+	cmd := exec.Command(plugin, "--kubeconfig", kubeconfigs[user], "-n", ns, "inbox")
+	cmd.Stderr = GinkgoWriter
+	stdout, err := cmd.StdoutPipe()
+	Expect(err).NotTo(HaveOccurred())
+	Expect(cmd.Start()).To(Succeed())
+	DeferCleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- strings.TrimSpace(line)
+	}()
+	var url string
+	Eventually(lines, eventually).Should(Receive(&url))
+	Expect(url).To(MatchRegexp(`^http://127\.0\.0\.1:\d+/\?token=[A-Za-z0-9_-]{43}$`))
+	return url
+}
+
+// newBrowser starts a headless Chromium for the spec with a window of width x height.
+func newBrowser(width, height int) context.Context {
+	// Chromium leaves its profile and a singleton directory in TMPDIR: both go in one directory
+	// that is removed once the browser is gone.
+	tmp, err := os.MkdirTemp("", "inbox-chromium-")
+	Expect(err).NotTo(HaveOccurred())
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.UserDataDir(filepath.Join(tmp, "profile")),
+		chromedp.Env("TMPDIR="+tmp),
+		chromedp.NoSandbox, // as root, Chromium refuses to start with its sandbox
+		chromedp.DisableGPU,
+		chromedp.WindowSize(width, height),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	browser, cancel := chromedp.NewContext(allocCtx)
+	DeferCleanup(func() {
+		cancel()
+		cancelAlloc()
+		Expect(os.RemoveAll(tmp)).To(Succeed())
+	})
+	Expect(chromedp.Do(browser)).To(Succeed(), "starting %s", chromium)
+	return browser
+}
+
+// run performs browser actions, bounded in time.
+func run(browser context.Context, actions ...chromedp.Action[chromedp.Void]) {
+	GinkgoHelper()
+	c, cancel := context.WithTimeout(browser, eventually)
+	defer cancel()
+	Expect(chromedp.Do(c, actions...)).To(Succeed())
+}
+
+// load runs actions that load a page (a link, a form), waits for it and returns its HTTP status;
+// the text of a page that is not 200 goes to the spec's output.
+func load(browser context.Context, actions ...chromedp.Action[chromedp.Void]) int64 {
+	GinkgoHelper()
+	c, cancel := context.WithTimeout(browser, eventually)
+	defer cancel()
+	resp, err := chromedp.RunResponse(c, actions...)
+	Expect(err).NotTo(HaveOccurred())
+	if resp.Status != 200 {
+		body, _ := chromedp.Run(c, chromedp.Text(chromedp.CSS("body")))
+		GinkgoWriter.Printf("%s: %d %s\n", resp.URL, resp.Status, body)
+	}
+	return resp.Status
+}
+
+// text reads the text of the first element sel matches, for Eventually.
+func text(browser context.Context, sel string) func() (string, error) {
+	return func() (string, error) {
+		c, cancel := context.WithTimeout(browser, 5*time.Second)
+		defer cancel()
+		return chromedp.Run(c, chromedp.Text(chromedp.CSS(sel)))
+	}
+}
+
+// screenshot saves the page as name.png in $INBOX_SCREENSHOTS, when it is set.
+func screenshot(browser context.Context, name string) {
+	GinkgoHelper()
+	dir := os.Getenv("INBOX_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(testenv.RepoRoot(), dir)
+	}
+	c, cancel := context.WithTimeout(browser, eventually)
+	defer cancel()
+	png, err := chromedp.Run(c, chromedp.FullScreenshot(100))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+	Expect(os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)).To(Succeed())
+}
