@@ -282,6 +282,18 @@ func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 				fate = requestDropped
 			}
 		}
+		if fate == requestDone && preq.Status.Answer == nil {
+			// The state consumed its answer, which the cache does not show yet (this manager's
+			// own expiry among them): read it, rather than report the request cancelled.
+			live, err := r.liveRequest(ctx, preq.Namespace, preq.Name)
+			if err != nil {
+				return err
+			}
+			if live == nil {
+				continue
+			}
+			preq = live
+		}
 		before := preq.DeepCopy()
 		setRequestStatus(preq, fate)
 		if _, err := patchStatus(ctx, r.Client, preq, before); err != nil && !apierrors.IsNotFound(err) {

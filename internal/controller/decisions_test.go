@@ -569,10 +569,12 @@ func TestSyncRequests(t *testing.T) {
 		name string
 		// answer is the request's answer, by answeredBy; handed is what the saved state was
 		// handed; movedOn and ended say the turn moved on or the run ended.
-		answer          *toolnexusv1alpha1.Answer
-		answeredBy      string
-		handed          *tools.Answer
-		movedOn, ended  bool
+		answer         *toolnexusv1alpha1.Answer
+		answeredBy     string
+		handed         *tools.Answer
+		movedOn, ended bool
+		// staleCache: the cache's copy does not show the answer yet.
+		staleCache      bool
 		phase           toolnexusv1alpha1.RequestPhase
 		answered, resol string // status/reason of the Answered and Resolved conditions
 	}{
@@ -589,6 +591,9 @@ func TestSyncRequests(t *testing.T) {
 		{name: "expired, the call done", answer: &expired, answeredBy: toolnexusv1alpha1.ExpiredAnswerer,
 			handed: &tools.Answer{Reason: tools.ReasonExpired},
 			phase:  toolnexusv1alpha1.RequestPhaseExpired, answered: "True/Expired", resol: "True/AnswerConsumed"},
+		{name: "expired by this manager, the cache not showing the answer yet", answer: &expired, answeredBy: toolnexusv1alpha1.ExpiredAnswerer,
+			handed: &tools.Answer{Reason: tools.ReasonExpired}, staleCache: true,
+			phase: toolnexusv1alpha1.RequestPhaseExpired, answered: "True/Expired", resol: "True/AnswerConsumed"},
 		{name: "an expiry a user wrote is a refusal", answer: &expired, answeredBy: "bob", handed: &tools.Answer{Reason: tools.ReasonExpired},
 			phase: toolnexusv1alpha1.RequestPhaseAnswered, answered: "True/Declined", resol: "True/AnswerConsumed"},
 		{name: "the run ended unanswered", ended: true, phase: toolnexusv1alpha1.RequestPhaseCancelled,
@@ -614,7 +619,12 @@ func TestSyncRequests(t *testing.T) {
 			if tc.ended {
 				st.End(toolnexusv1alpha1.ReasonCancelled, "The run was cancelled (spec.cancel)")
 			}
-			if err := e.r.syncRequests(ctx, decisionScope(run, st, e.cached(t, call.Announced.Name))); err != nil {
+			cached := e.cached(t, call.Announced.Name)
+			if tc.staleCache {
+				p := cached[call.Announced.Name]
+				p.Status.Answer, p.Status.AnsweredBy, p.Status.AnsweredAt = nil, "", nil
+			}
+			if err := e.r.syncRequests(ctx, decisionScope(run, st, cached)); err != nil {
 				t.Fatalf("syncRequests: %v", err)
 			}
 			if e.statusPatches != 1 {
