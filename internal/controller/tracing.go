@@ -50,9 +50,9 @@ func (r *AgentRunReconciler) traceSuspension(ctx context.Context, run *toolnexus
 	})
 }
 
-// traceEnd writes the run span when this reconcile reported the run finished.
+// traceEnd writes the run span when this reconcile saved the run's end (once, as its end event).
 func (r *AgentRunReconciler) traceEnd(ctx context.Context, s *scope) {
-	if r.Tracing == nil || finished(s.before) || !finished(s.run) {
+	if r.Tracing == nil || s.endedAtLoad || !s.rec.State.Ended() {
 		return
 	}
 	st := s.run.Status
