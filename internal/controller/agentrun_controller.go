@@ -16,15 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -445,7 +442,8 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return builder.ControllerManagedBy(mgr).
 		For(&toolnexusv1alpha1.AgentRun{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&toolnexusv1alpha1.PendingRequest{}, builder.WithPredicates(answerOrDeletion())).
+		Watches(&toolnexusv1alpha1.PendingRequest{}, withPriority(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
+			&toolnexusv1alpha1.AgentRun{}, handler.OnlyControllerOwner()), answerPriority), builder.WithPredicates(answerOrDeletion())).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingFor),
 			builder.WithPredicates(predicate.Funcs{DeleteFunc: func(event.DeleteEvent) bool { return false }})).
 		Watches(&toolnexusv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.runsOfAgent),
@@ -455,23 +453,6 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("agentrun").
 		Complete(r)
 }
-
-// stepEnded enqueues a run whose step has ended ahead of runs that have not started: a run in
-// progress goes on before new work is taken (the queue is controller-runtime's priority queue), so
-// a run's completion does not wait behind every run created after it.
-func stepEnded() handler.TypedEventHandler[client.Object, reconcile.Request] {
-	return handler.Funcs{GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
-		if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(stepEndedPriority)}, req)
-			return
-		}
-		q.Add(req)
-	}}
-}
-
-// stepEndedPriority is above the default priority (0) of watch events.
-const stepEndedPriority = 1
 
 // answerOrDeletion passes the PendingRequest events a run must react to: an answer appearing, and
 // a request deleted by hand. The controller's own status writes are filtered out.
