@@ -88,27 +88,42 @@ func (in *inbox) requestEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var run string // the run the request belongs to, once known
-	var mu sync.Mutex
-	in.stream(w, r, func(obj client.Object) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		switch obj.(type) {
-		case *toolnexusv1alpha1.PendingRequest:
-			return obj.GetNamespace() == key.Namespace && obj.GetName() == key.Name
-		case *toolnexusv1alpha1.AgentRun:
-			return obj.GetNamespace() == key.Namespace && obj.GetName() == run
-		}
-		return true
-	}, func(ctx context.Context) (string, error) {
+	f := &requestFilter{key: key}
+	in.stream(w, r, f.wants, func(ctx context.Context) (string, error) {
 		v := in.requestView(ctx, key, "")
 		if v.Request != nil {
-			mu.Lock()
-			run = v.Request.Spec.RunRef.Name
-			mu.Unlock()
+			f.named(v.Request.Spec.RunRef.Name)
 		}
 		return in.fragment("live", v)
 	})
+}
+
+// requestFilter says which changes a request's live page shows: its request, and its run once a
+// render has named it.
+type requestFilter struct {
+	key client.ObjectKey
+	mu  sync.Mutex
+	run string
+}
+
+func (f *requestFilter) named(run string) {
+	f.mu.Lock()
+	f.run = run
+	f.mu.Unlock()
+}
+
+func (f *requestFilter) wants(obj client.Object) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch obj.(type) {
+	case *toolnexusv1alpha1.PendingRequest:
+		return obj.GetNamespace() == f.key.Namespace && obj.GetName() == f.key.Name
+	case *toolnexusv1alpha1.AgentRun:
+		// Until the first render names the run, any run of the namespace may be it: a run that
+		// changes while the page renders must not go unseen.
+		return obj.GetNamespace() == f.key.Namespace && (f.run == "" || obj.GetName() == f.run)
+	}
+	return true
 }
 
 func (in *inbox) answer(w http.ResponseWriter, r *http.Request) {

@@ -273,3 +273,32 @@ func TestInboxKeepsToItsNamespace(t *testing.T) {
 		}
 	}
 }
+
+// A request's live page hears of any run of its namespace until a render has named its run (a run
+// that ends while the first render reads it must not go unseen), then only of its own run.
+func TestRequestFilter(t *testing.T) {
+	f := &requestFilter{key: client.ObjectKey{Namespace: "team", Name: "buy-1-call-1"}}
+	run := func(ns, name string) client.Object {
+		r := &toolnexusv1alpha1.AgentRun{}
+		r.Namespace, r.Name = ns, name
+		return r
+	}
+	request := func(ns, name string) client.Object {
+		p := &toolnexusv1alpha1.PendingRequest{}
+		p.Namespace, p.Name = ns, name
+		return p
+	}
+	check := func(when string, obj client.Object, want bool) {
+		t.Helper()
+		if got := f.wants(obj); got != want {
+			t.Errorf("%s: wants %s/%s = %v, want %v", when, obj.GetNamespace(), obj.GetName(), got, want)
+		}
+	}
+	check("before the first render", run("team", "buy"), true)
+	check("before the first render", run("other", "buy"), false)
+	check("before the first render", request("team", "buy-1-call-1"), true)
+	check("before the first render", request("team", "sell-1-call-1"), false)
+	f.named("buy")
+	check("once named", run("team", "buy"), true)
+	check("once named", run("team", "sell"), false)
+}
