@@ -45,7 +45,7 @@ type config struct {
 	profileSecs  int
 	heapProfile  string
 	apiProfile   string
-	// profileDuring names the workload the CPU profiles cover: throughput, slow-<runs> or scale.
+	// profileDuring names the workload the CPU profiles cover: resume, throughput, slow-<runs> or scale.
 	profileDuring string
 	doc           string
 	managerArgs   []string
@@ -96,7 +96,7 @@ func main() {
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "Write a CPU profile of the manager during the -profile-during workload here.")
 	flag.IntVar(&c.profileSecs, "profile-seconds", 20, "Length of the CPU profiles; throughput rounds repeat (uncounted) until they are done.")
 	flag.StringVar(&c.apiProfile, "apiserver-cpuprofile", "", "Write a CPU profile of the kube-apiserver during the -profile-during workload here (-profile-seconds long).")
-	flag.StringVar(&c.profileDuring, "profile-during", "throughput", "The workload -cpuprofile and -apiserver-cpuprofile cover: throughput, slow-<runs> (e.g. slow-1000) or scale; they start with its first create.")
+	flag.StringVar(&c.profileDuring, "profile-during", "throughput", "The workload -cpuprofile and -apiserver-cpuprofile cover: resume (its answers), throughput, slow-<runs> (e.g. slow-1000) or scale; they start with its first create.")
 	flag.StringVar(&c.heapProfile, "heapprofile", "", "Write a heap profile of the manager with the runs parked here.")
 	flag.StringVar(&c.doc, "doc", "", "Write the figures into this Markdown file (between the bench markers), e.g. docs/benchmarks.md.")
 	flag.StringVar(&managerArgs, "manager-args", "", "Extra flags for the manager, space-separated.")

@@ -189,6 +189,7 @@ func (h *harness) resume(ctx context.Context) error {
 	}
 	lat := make([]time.Duration, 0, n)
 	patchRTT := make([]time.Duration, 0, n)
+	profDone := h.startProfiles(ctx, "resume")
 	for _, name := range names {
 		s := runs[name]
 		arrived := h.tools.expect(s.UID)
@@ -211,6 +212,11 @@ func (h *harness) resume(ctx context.Context) error {
 	}
 	h.results.resumeOperator = lat
 	h.results.answerPatch = patchRTT
+	if profDone != nil {
+		if err := <-profDone; err != nil {
+			return err
+		}
+	}
 	time.Sleep(time.Second) // events land asynchronously
 	after, err := scrapeAPIServer(ctx, h.rest)
 	if err != nil {

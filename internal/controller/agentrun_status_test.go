@@ -140,7 +140,6 @@ var savedHead = &toolnexusv1alpha1.AgentRunRecord{}
 func TestProjectReportsProgressAtMostEveryInterval(t *testing.T) {
 	run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
 	e := newDecisionEnv(t, run)
-	e.r.steps = newSteps()
 	ms := time.Millisecond
 	steps := []struct {
 		name     string

@@ -71,7 +71,7 @@ func benchRun(b *testing.B, turns, outputBytes int) (*AgentRunReconciler, *tooln
 	run := &toolnexusv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "default", UID: "bench-uid"},
 		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "benchmark"}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(run).Build()
-	r := &AgentRunReconciler{Client: c, APIReader: c, Scheme: scheme}
+	r := &AgentRunReconciler{Client: c, APIReader: c, Scheme: scheme, steps: newSteps()}
 	rec := &runRecord{State: loop.NewState(run.Spec.Prompt)}
 	rng := rand.New(rand.NewPCG(1, uint64(turns)))
 	ctx := context.Background()

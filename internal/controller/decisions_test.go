@@ -152,7 +152,7 @@ func newDecisionEnv(t *testing.T, objs ...client.Object) *decisionEnv {
 			},
 		}).Build()
 	e.r = &AgentRunReconciler{Client: e.c, APIReader: e.c, Scheme: scheme, Recorder: e.recorder,
-		Clock: clocktesting.NewFakePassiveClock(decisionNow), Metrics: NewMetrics(prometheus.NewRegistry(), e.c)}
+		Clock: clocktesting.NewFakePassiveClock(decisionNow), Metrics: NewMetrics(prometheus.NewRegistry(), e.c), steps: newSteps()}
 	return e
 }
 

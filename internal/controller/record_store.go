@@ -104,13 +104,13 @@ func recordName(run string, n int) string {
 }
 
 // loadRecord reads the run's record: the head a finished step started from (o), which this
-// process just wrote or read, or else the API's, uncached: the informer may lag behind the
-// previous step's write, and re-running a step because of a stale read would repeat a model call.
-// A missing head means the run has not started, unless its status says it has: then the record
-// was deleted, and the run fails closed rather than start over.
+// process just wrote or read, or else the API's (see headOf), never the informer's, which may lag
+// behind the previous step's write: re-running a step because of a stale read would repeat a
+// model call. A missing head means the run has not started, unless its status says it has: then
+// the record was deleted, and the run fails closed rather than start over.
 func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alpha1.AgentRun, o *stepOutcome) (*runRecord, error) {
 	fresh := &runRecord{State: loop.NewState(run.Spec.Prompt)}
-	head, err := r.headOf(ctx, run, o)
+	head, opts, err := r.headOf(ctx, run, o)
 	if apierrors.IsNotFound(err) {
 		if run.Status.TranscriptRef != nil || run.Status.StartTime != nil {
 			return nil, mismatch("the run has started but its record AgentRunRecord %s is gone", recordName(run.Name, 0))
@@ -146,7 +146,7 @@ func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alp
 	budget -= n
 	segs := make([]*record.Segment, len(h.Segments))
 	for i, ref := range h.Segments {
-		if segs[i], n, err = r.loadSegment(ctx, run, i+1, ref, budget); err != nil {
+		if segs[i], n, err = r.loadSegment(ctx, run, i+1, ref, budget, opts); err != nil {
 			return nil, err
 		}
 		budget -= n
@@ -158,22 +158,43 @@ func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alp
 }
 
 // headOf is the head of the run's record, as the step o started from it, or read from the API
-// when o is nil.
-func (r *AgentRunReconciler) headOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun, o *stepOutcome) (*toolnexusv1alpha1.AgentRunRecord, error) {
+// when o is nil, with the options its segments are read with.
+//
+// When this process wrote or read the head before (a parked run woken by its answer), the read
+// asks for a version not older than that one: the API server answers from its watch cache, which
+// holds every write up to the moment it answers (a write of the last milliseconds aside: a
+// rewrite that lands then makes the save after the step conflict, and the step is taken again
+// from a quorum read). Without such a version (the run is new to this process), the read is a
+// quorum read from etcd.
+func (r *AgentRunReconciler) headOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun, o *stepOutcome) (*toolnexusv1alpha1.AgentRunRecord, *client.GetOptions, error) {
 	name := recordName(run.Name, 0)
+	opts := &client.GetOptions{}
 	if o != nil {
 		if o.head == nil {
-			return nil, apierrors.NewNotFound(toolnexusv1alpha1.GroupVersion.WithResource("agentrunrecords").GroupResource(), name)
+			return nil, opts, apierrors.NewNotFound(toolnexusv1alpha1.GroupVersion.WithResource("agentrunrecords").GroupResource(), name)
 		}
-		return o.head, nil
+		return o.head, opts, nil
 	}
+	key, objKey := runKey(run), client.ObjectKey{Namespace: run.Namespace, Name: name}
 	head := &toolnexusv1alpha1.AgentRunRecord{}
-	return head, r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: name}, head)
+	if rv := r.steps.headVersion(key, run.UID); rv != "" {
+		cached := &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: rv}}
+		err := r.APIReader.Get(ctx, objKey, head, cached)
+		if err == nil || apierrors.IsNotFound(err) {
+			return head, cached, err
+		}
+		// The watch cache did not catch up in time, or is off: read from etcd.
+	}
+	err := r.APIReader.Get(ctx, objKey, head, opts)
+	if err == nil {
+		r.steps.sawHead(key, run.UID, head.ResourceVersion)
+	}
+	return head, opts, err
 }
 
-func (r *AgentRunReconciler) loadSegment(ctx context.Context, run *toolnexusv1alpha1.AgentRun, n int, ref record.SegmentRef, budget int) (*record.Segment, int, error) {
+func (r *AgentRunReconciler) loadSegment(ctx context.Context, run *toolnexusv1alpha1.AgentRun, n int, ref record.SegmentRef, budget int, opts *client.GetOptions) (*record.Segment, int, error) {
 	obj := &toolnexusv1alpha1.AgentRunRecord{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, obj); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, obj, opts); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, 0, mismatch("segment AgentRunRecord %s of the run's record is gone", ref.Name)
 		}
@@ -221,9 +242,12 @@ func (r *AgentRunReconciler) saveRecord(ctx context.Context, run *toolnexusv1alp
 		obj, err = r.updateHead(ctx, rec.head, data)
 	}
 	if err != nil {
+		// Whatever the record holds now is read from etcd next time.
+		r.steps.sawHead(runKey(run), run.UID, "")
 		return fmt.Errorf("saving the record: %w", err)
 	}
 	rec.head = obj
+	r.steps.sawHead(runKey(run), run.UID, obj.ResourceVersion)
 	return nil
 }
 

@@ -52,6 +52,8 @@ type steps struct {
 	retryAt map[types.NamespacedName]runTime
 	// reported is when this process last patched a run's status.
 	reported map[types.NamespacedName]runTime
+	// saved is the resourceVersion of the run's record head as this process last wrote or read it.
+	saved map[types.NamespacedName]runVersion
 	// wake tells the controller a step finished.
 	wake chan event.GenericEvent
 }
@@ -63,9 +65,15 @@ type runTime struct {
 	at  time.Time
 }
 
+// runVersion is a resourceVersion kept for the run with uid.
+type runVersion struct {
+	uid types.UID
+	rv  string
+}
+
 func newSteps() *steps {
 	return &steps{outcomes: map[types.NamespacedName]*stepOutcome{}, retryAt: map[types.NamespacedName]runTime{},
-		reported: map[types.NamespacedName]runTime{}, wake: make(chan event.GenericEvent, 1024)}
+		reported: map[types.NamespacedName]runTime{}, saved: map[types.NamespacedName]runVersion{}, wake: make(chan event.GenericEvent, 1024)}
 }
 
 func (s *steps) put(key types.NamespacedName, o *stepOutcome) {
@@ -120,12 +128,36 @@ func (s *steps) reportDue(key types.NamespacedName, uid types.UID, now time.Time
 	return !ok || r.uid != uid || now.Sub(r.at) >= statusInterval
 }
 
+// sawHead remembers the resourceVersion of the run's record head as this process wrote or read
+// it; "" forgets it (after a conflict: another writer has moved the record on).
+func (s *steps) sawHead(key types.NamespacedName, uid types.UID, rv string) {
+	s.mu.Lock()
+	if rv == "" {
+		delete(s.saved, key)
+	} else {
+		s.saved[key] = runVersion{uid: uid, rv: rv}
+	}
+	s.mu.Unlock()
+}
+
+// headVersion is the resourceVersion of the run's record head as this process last wrote or read
+// it; "" when it has not.
+func (s *steps) headVersion(key types.NamespacedName, uid types.UID) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.saved[key]; ok && v.uid == uid {
+		return v.rv
+	}
+	return ""
+}
+
 // forget drops whatever is kept for a run that is gone or has ended.
 func (s *steps) forget(key types.NamespacedName) {
 	s.mu.Lock()
 	delete(s.outcomes, key)
 	delete(s.retryAt, key)
 	delete(s.reported, key)
+	delete(s.saved, key)
 	s.mu.Unlock()
 }
 
