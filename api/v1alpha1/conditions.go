@@ -128,5 +128,8 @@ const SecretAccessLabel = "toolnexus.dev/agentrun-access"
 // StatusConditions gives condition helpers the run's conditions to set.
 func (r *AgentRun) StatusConditions() *[]metav1.Condition { return &r.Status.Conditions }
 
+// Started reports whether the status says the run has started (its record has been saved).
+func (s *AgentRunStatus) Started() bool { return s.TranscriptRef != nil || s.StartTime != nil }
+
 // StatusConditions gives condition helpers the request's conditions to set.
 func (p *PendingRequest) StatusConditions() *[]metav1.Condition { return &p.Status.Conditions }

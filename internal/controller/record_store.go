@@ -108,11 +108,19 @@ func recordName(run string, n int) string {
 // behind the previous step's write: re-running a step because of a stale read would repeat a
 // model call. A missing head means the run has not started, unless its status says it has: then
 // the record was deleted, and the run fails closed rather than start over.
+//
+// A run that this process has not seen save a record and whose status says it never started is
+// not read at all: its first save creates the head before anything runs, and finds a head that
+// exists after all (an earlier process saved it and stopped before the status said so, or a
+// deleted run of the same name left it) then (see createHead).
 func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alpha1.AgentRun, o *stepOutcome) (*runRecord, error) {
 	fresh := &runRecord{State: loop.NewState(run.Spec.Prompt)}
+	if _, seen := r.steps.headVersion(runKey(run), run.UID); o == nil && !seen && !run.Status.Started() {
+		return fresh, nil
+	}
 	head, opts, err := r.headOf(ctx, run, o)
 	if apierrors.IsNotFound(err) {
-		if run.Status.TranscriptRef != nil || run.Status.StartTime != nil {
+		if run.Status.Started() {
 			return nil, mismatch("the run has started but its record AgentRunRecord %s is gone", recordName(run.Name, 0))
 		}
 		return fresh, nil
@@ -121,15 +129,10 @@ func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alp
 		return nil, fmt.Errorf("reading the run's record: %w", err)
 	}
 	if head.Run.UID != string(run.UID) {
-		if head.Run.Name == run.Name && run.Status.StartTime == nil {
-			// Left by a deleted run of the same name that the garbage collector has not removed yet.
-			err := r.Delete(ctx, head, client.Preconditions{UID: &head.UID})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("deleting the record AgentRunRecord %s of an earlier run named %s: %w", head.Name, run.Name, err)
-			}
-			return fresh, nil
+		if err := r.deleteEarlierHead(ctx, run, head); err != nil {
+			return nil, err
 		}
-		return nil, mismatch("AgentRunRecord %s belongs to run %s (uid %s), not to this run; rename the run", head.Name, head.Run.Name, head.Run.UID)
+		return fresh, nil
 	}
 	if head.Part != toolnexusv1alpha1.RecordPartHead {
 		return nil, mismatch("AgentRunRecord %s is a %s, not the head of the run's record", head.Name, head.Part)
@@ -177,7 +180,7 @@ func (r *AgentRunReconciler) headOf(ctx context.Context, run *toolnexusv1alpha1.
 	}
 	key, objKey := runKey(run), client.ObjectKey{Namespace: run.Namespace, Name: name}
 	head := &toolnexusv1alpha1.AgentRunRecord{}
-	if rv := r.steps.headVersion(key, run.UID); rv != "" {
+	if rv, _ := r.steps.headVersion(key, run.UID); rv != "" {
 		cached := &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: rv}}
 		err := r.APIReader.Get(ctx, objKey, head, cached)
 		if err == nil || apierrors.IsNotFound(err) {
@@ -237,7 +240,7 @@ func (r *AgentRunReconciler) saveRecord(ctx context.Context, run *toolnexusv1alp
 		if obj, err = r.recordObject(run, 0, data); err != nil {
 			return err
 		}
-		err = r.Create(ctx, obj)
+		err = r.createHead(ctx, run, obj)
 	} else {
 		obj, err = r.updateHead(ctx, rec.head, data)
 	}
@@ -248,6 +251,41 @@ func (r *AgentRunReconciler) saveRecord(ctx context.Context, run *toolnexusv1alp
 	}
 	rec.head = obj
 	r.steps.sawHead(runKey(run), run.UID, obj.ResourceVersion)
+	return nil
+}
+
+// createHead creates the run's head. One that exists already was left by a deleted run of the
+// same name, and is replaced; or an earlier process saved it for this run: then what this
+// reconcile did is stale, and the save conflicts (the run is read again).
+func (r *AgentRunReconciler) createHead(ctx context.Context, run *toolnexusv1alpha1.AgentRun, obj *toolnexusv1alpha1.AgentRunRecord) error {
+	err := r.Create(ctx, obj)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	existing := &toolnexusv1alpha1.AgentRunRecord{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
+		return err
+	}
+	if existing.Run.UID == string(run.UID) {
+		return apierrors.NewConflict(toolnexusv1alpha1.GroupVersion.WithResource("agentrunrecords").GroupResource(), obj.Name,
+			errors.New("an earlier process saved the run's record; it is read again"))
+	}
+	if err := r.deleteEarlierHead(ctx, run, existing); err != nil {
+		return err
+	}
+	return r.Create(ctx, obj)
+}
+
+// deleteEarlierHead deletes a head that is not run's: one left by a deleted run of the same name
+// that the garbage collector has not removed yet. Any other fails the run closed.
+func (r *AgentRunReconciler) deleteEarlierHead(ctx context.Context, run *toolnexusv1alpha1.AgentRun, head *toolnexusv1alpha1.AgentRunRecord) error {
+	if head.Run.Name != run.Name || run.Status.Started() {
+		return mismatch("AgentRunRecord %s belongs to run %s (uid %s), not to this run; rename the run", head.Name, head.Run.Name, head.Run.UID)
+	}
+	err := r.Delete(ctx, head, client.Preconditions{UID: &head.UID})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the record AgentRunRecord %s of an earlier run named %s: %w", head.Name, run.Name, err)
+	}
 	return nil
 }
 

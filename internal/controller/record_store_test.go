@@ -2,26 +2,29 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
 // A record this process wrote or read is read again as "not older than" that version (from the API
-// server's watch cache); a record it never saw, or one whose save failed, from etcd.
-func TestLoadRecordReadsNotOlderThanWhatItSaw(t *testing.T) {
+// server's watch cache); one it never saw, or whose save failed, from etcd; and a run whose status
+// says it never started, not at all: its first save creates the head, and finds one that exists.
+func TestLoadRecordReadsWhatItMust(t *testing.T) {
 	scheme, err := testenv.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
+	const none = "no read"
 	var reads []string // the resourceVersion each read of the head asked for
 	conflict := false
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(run).WithInterceptorFuncs(interceptor.Funcs{
@@ -44,54 +47,76 @@ func TestLoadRecordReadsNotOlderThanWhatItSaw(t *testing.T) {
 			return c.Update(ctx, obj, opts...)
 		},
 	}).Build()
-	r := &AgentRunReconciler{Client: c, APIReader: c, Scheme: scheme, steps: newSteps()}
 	ctx := context.Background()
-	load := func(want string) *runRecord {
+	var r *AgentRunReconciler
+	restart := func() { r = &AgentRunReconciler{Client: c, APIReader: c, Scheme: scheme, steps: newSteps()} }
+	load := func(run *toolnexusv1alpha1.AgentRun, want string) *runRecord {
 		t.Helper()
 		reads = nil
 		rec, err := r.loadRecord(ctx, run, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(reads) != 1 || reads[0] != want {
-			t.Fatalf("the head was read asking for resourceVersion %q, want one read asking for %q", reads, want)
+		if (want == none && len(reads) > 0) || (want != none && (len(reads) != 1 || reads[0] != want)) {
+			t.Fatalf("the head was read asking for resourceVersions %q, want %q", reads, want)
 		}
 		return rec
 	}
+	save := func(run *toolnexusv1alpha1.AgentRun, rec *runRecord) {
+		t.Helper()
+		if err := r.saveRecord(ctx, run, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	rec := load("") // never seen: from etcd
+	restart()
+	rec := load(run, none) // never started: not read
 	if rec.started() {
 		t.Fatal("a record before the first save")
 	}
-	rec.State = loop.NewState(run.Spec.Prompt)
-	if err := r.saveRecord(ctx, run, rec); err != nil {
-		t.Fatal(err)
-	}
+	save(run, rec)
 	created := rec.head.ResourceVersion
-	rec = load(created) // as this process wrote it, or newer
-	if err := r.saveRecord(ctx, run, rec); err != nil {
-		t.Fatal(err)
-	}
+	rec = load(run, created) // as this process wrote it, or newer
+	save(run, rec)
 	if rec.head.ResourceVersion == created {
 		t.Fatal("the update kept the resourceVersion")
 	}
-	rec = load(rec.head.ResourceVersion)
+	rec = load(run, rec.head.ResourceVersion)
 
 	conflict = true
 	if err := r.saveRecord(ctx, run, rec); !apierrors.IsConflict(err) {
 		t.Fatalf("save = %v, want a conflict", err)
 	}
 	conflict = false
-	rec = load("") // another writer moved it on: from etcd
-	load(rec.head.ResourceVersion)
+	rec = load(run, "") // another writer may have moved it on: from etcd
+	load(run, rec.head.ResourceVersion)
 
-	other := *run
-	other.UID = "another-run-of-that-name"
-	reads = nil
-	if rec, err := r.loadRecord(ctx, &other, nil); err != nil || rec.started() {
-		t.Fatalf("a new run of the same name loaded the earlier run's record: %v", err)
+	restart()
+	started := run.DeepCopy()
+	started.Status.StartTime = &metav1.Time{Time: decisionNow}
+	load(started, "") // started, new to this process: from etcd
+
+	restart()
+	rec = load(run, none) // the status does not show the start an earlier process saved
+	if err := r.saveRecord(ctx, run, rec); !apierrors.IsConflict(err) {
+		t.Fatalf("creating the head over this run's = %v, want a conflict", err)
 	}
-	if len(reads) != 1 || reads[0] != "" {
-		t.Fatalf("a run of the same name with another uid read asking for %q, want etcd", reads)
+	if rec = load(run, ""); !rec.started() || len(rec.State.Messages) == 0 {
+		t.Fatalf("after the conflict the record the earlier process saved was not read: %+v", rec)
+	}
+
+	restart()
+	again := run.DeepCopy()
+	again.UID = "a-new-run-of-that-name"
+	rec = load(again, none)
+	save(again, rec) // replaces the record the deleted run left
+	if rec.head.Run.UID != string(again.UID) {
+		t.Fatalf("the head names run uid %s, want %s", rec.head.Run.UID, again.UID)
+	}
+	other := again.DeepCopy()
+	other.UID, other.Status.StartTime = "a-started-run", &metav1.Time{Time: decisionNow}
+	restart()
+	if _, err := r.loadRecord(ctx, other, nil); err == nil || !strings.Contains(err.Error(), "belongs to run "+run.Name+" (uid a-new-run-of-that-name)") {
+		t.Fatalf("a started run loading another run's record: %v", err)
 	}
 }

@@ -129,26 +129,23 @@ func (s *steps) reportDue(key types.NamespacedName, uid types.UID, now time.Time
 }
 
 // sawHead remembers the resourceVersion of the run's record head as this process wrote or read
-// it; "" forgets it (after a conflict: another writer has moved the record on).
+// it; "" after a failed save (another writer may have moved the record on: it is read from etcd).
 func (s *steps) sawHead(key types.NamespacedName, uid types.UID, rv string) {
 	s.mu.Lock()
-	if rv == "" {
-		delete(s.saved, key)
-	} else {
-		s.saved[key] = runVersion{uid: uid, rv: rv}
-	}
+	s.saved[key] = runVersion{uid: uid, rv: rv}
 	s.mu.Unlock()
 }
 
 // headVersion is the resourceVersion of the run's record head as this process last wrote or read
-// it; "" when it has not.
-func (s *steps) headVersion(key types.NamespacedName, uid types.UID) string {
+// it ("" when that is unknown), and whether this process saw the head, or tried to save it, at all.
+func (s *steps) headVersion(key types.NamespacedName, uid types.UID) (rv string, seen bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if v, ok := s.saved[key]; ok && v.uid == uid {
-		return v.rv
+	v, ok := s.saved[key]
+	if !ok || v.uid != uid {
+		return "", false
 	}
-	return ""
+	return v.rv, true
 }
 
 // forget drops whatever is kept for a run that is gone or has ended.
