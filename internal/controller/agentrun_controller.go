@@ -203,6 +203,8 @@ func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
 	}
 	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
 	key := runKey(s.run)
+	// The start and end this reconcile saved are reported once a status patch showing them lands.
+	r.steps.owe(key, s.run.UID, !s.startedAtLoad && s.rec.started(), !s.endedAtLoad && s.rec.State.Ended())
 	if s.inflight && !finished(s.run) && progressOnly(&s.before.Status, &s.run.Status) && !r.steps.reportDue(key, s.run.UID, s.now) {
 		// A running run's counters are reported at most every statusInterval; the record holds them.
 		s.emitEvents()
@@ -219,8 +221,11 @@ func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
 		r.steps.reportedAt(key, s.run.UID, s.now)
 	}
 	s.emitEvents()
-	r.emitTransitions(s)
-	r.traceEnd(ctx, s)
+	started, ended := r.steps.shown(key, s.run.UID)
+	r.emitTransitions(s, started, ended)
+	if ended {
+		r.traceEnd(ctx, s)
+	}
 	return nil
 }
 
@@ -247,8 +252,8 @@ type scope struct {
 	busy    bool
 	outcome *stepOutcome
 	// startedAtLoad and endedAtLoad say whether the record was saved, and saved ended, when the
-	// reconcile began: the run's start and end events are recorded by the reconcile that saved
-	// them, whatever the cache's copy of the status says.
+	// reconcile began: the run's start and end events are owed by the reconcile that saved them,
+	// whatever the cache's copy of the status says (see steps.owe).
 	startedAtLoad, endedAtLoad bool
 }
 
@@ -367,13 +372,13 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *toolnex
 	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, run, client.PropagationPolicy("Background")))
 }
 
-// emitTransitions records the events of the run's transitions: its start and end from the record
-// this reconcile saved (the cache's copy of the status may not show the last patch yet, and an
-// event must not repeat), and why it waits from the difference between the status before this
-// reconcile and the one just written.
-func (r *AgentRunReconciler) emitTransitions(s *scope) {
+// emitTransitions records the events of the run's transitions: its start and end when the status
+// just written is the first to show what this process saved (the cache's copy of the status may
+// not show the last patch yet, and an event must not repeat), and why it waits from the difference
+// between the status before this reconcile and the one just written.
+func (r *AgentRunReconciler) emitTransitions(s *scope, started, ended bool) {
 	before, after := conditionOf(s.before, toolnexusv1alpha1.ConditionSucceeded), conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
-	if !s.startedAtLoad && s.rec.started() {
+	if started {
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.spec.Model.Name)
 	}
 	waiting := after.Reason == toolnexusv1alpha1.ReasonSecretNotFound || after.Reason == toolnexusv1alpha1.ReasonSecretNotAllowed ||
@@ -381,7 +386,7 @@ func (r *AgentRunReconciler) emitTransitions(s *scope) {
 	if waiting && before.Reason != after.Reason {
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, after.Reason, actionStep, "%s; the run starts when it is resolved", after.Message)
 	}
-	if s.endedAtLoad || !s.rec.State.Ended() {
+	if !ended {
 		return
 	}
 	switch after.Reason {

@@ -188,38 +188,54 @@ func TestProjectReportsProgressAtMostEveryInterval(t *testing.T) {
 	}
 }
 
-// The run's start and end events come from the record the reconcile saved, not from the cache's
-// copy of the status, which may not show the last patch yet: each is recorded once.
-func TestEmitTransitionsOnce(t *testing.T) {
-	started := func(done bool) runRecord {
-		st := &loop.State{Turn: 1}
-		if done {
-			st.Status = loop.StatusDone
-		}
-		return runRecord{State: st, head: savedHead}
+// The run's start and end events are recorded once, by the reconcile whose status patch first shows
+// what this process saved: not from the cache's copy of the status, which may not show the last
+// patch yet (each step below starts from a copy without status), and not lost when a patch fails.
+func TestStartAndEndReportedOnce(t *testing.T) {
+	type step struct {
+		name                              string
+		ended, startedAtLoad, endedAtLoad bool
+		failPatch                         bool
+		want                              []string
 	}
-	cases := map[string]struct {
-		rec                        runRecord
-		startedAtLoad, endedAtLoad bool
-		want                       []string
-	}{
-		"the reconcile that created the record":                {rec: started(false), want: []string{"Normal RunStarted"}},
-		"a later reconcile whose cache lacks the start":        {rec: started(false), startedAtLoad: true},
-		"the reconcile that saved the end":                     {rec: started(true), startedAtLoad: true, want: []string{"Normal RunSucceeded"}},
-		"a later reconcile whose cache lacks the end":          {rec: started(true), startedAtLoad: true, endedAtLoad: true},
-		"a run created and ended by one reconcile (fast path)": {rec: started(true), want: []string{"Normal RunStarted", "Normal RunSucceeded"}},
+	start, end := "Normal "+EventRunStarted, "Normal "+EventRunSucceeded
+	sequences := map[string][]step{
+		"a reconcile each": {
+			{name: "the reconcile that created the record", want: []string{start}},
+			{name: "a later one whose cache lacks the start", startedAtLoad: true},
+			{name: "the reconcile that saved the end", ended: true, startedAtLoad: true, want: []string{end}},
+			{name: "a later one whose cache lacks the end", ended: true, startedAtLoad: true, endedAtLoad: true},
+		},
+		"created and ended by one reconcile": {{name: "the fast path", ended: true, want: []string{start, end}}},
+		"status patches failing": {
+			{name: "the patch after the start fails", failPatch: true},
+			{name: "the next one lands", startedAtLoad: true, want: []string{start}},
+			{name: "the patch after the end fails", ended: true, startedAtLoad: true, failPatch: true},
+			{name: "the next one lands", ended: true, startedAtLoad: true, endedAtLoad: true, want: []string{end}},
+			{name: "and another", ended: true, startedAtLoad: true, endedAtLoad: true},
+		},
 	}
-	for name, tc := range cases {
+	for name, steps := range sequences {
 		t.Run(name, func(t *testing.T) {
-			run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
-			e := newDecisionEnv(t)
-			rec := tc.rec
-			s := decisionScope(run, rec.State, nil)
-			s.rec, s.startedAtLoad, s.endedAtLoad = &rec, tc.startedAtLoad, tc.endedAtLoad
-			setStatus(s.run, s.rec, nil, progress{}, decisionNow) // the cache's copy (s.before) has no status
-			e.r.emitTransitions(s)
-			if diff := cmp.Diff(tc.want, e.recorded()); diff != "" {
-				t.Errorf("events (-want +got):\n%s", diff)
+			base := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
+			e := newDecisionEnv(t, base)
+			for _, st := range steps {
+				state := &loop.State{Turn: 1}
+				if st.ended {
+					state.Status = loop.StatusDone
+				}
+				s := decisionScope(base.DeepCopy(), state, nil)
+				s.rec.head, s.startedAtLoad, s.endedAtLoad = savedHead, st.startedAtLoad, st.endedAtLoad
+				e.failPatches = 0
+				if st.failPatch {
+					e.failPatches = 1
+				}
+				if err := e.r.project(context.Background(), s); (err != nil) != st.failPatch {
+					t.Fatalf("%s: project = %v", st.name, err)
+				}
+				if diff := cmp.Diff(st.want, e.recorded()); diff != "" {
+					t.Errorf("%s: events (-want +got):\n%s", st.name, diff)
+				}
 			}
 		})
 	}

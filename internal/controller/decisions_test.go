@@ -124,6 +124,8 @@ type decisionEnv struct {
 	c             client.Client
 	recorder      *events.FakeRecorder
 	statusPatches int
+	// failPatches makes that many status patches fail.
+	failPatches int
 }
 
 func newDecisionEnv(t *testing.T, objs ...client.Object) *decisionEnv {
@@ -145,6 +147,10 @@ func newDecisionEnv(t *testing.T, objs ...client.Object) *decisionEnv {
 			},
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				e.statusPatches++
+				if e.failPatches > 0 {
+					e.failPatches--
+					return apierrors.NewServiceUnavailable("injected")
+				}
 				if err := answerKept(ctx, c, obj); err != nil {
 					return err
 				}

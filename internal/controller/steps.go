@@ -54,6 +54,8 @@ type steps struct {
 	reported map[types.NamespacedName]runTime
 	// saved is the resourceVersion of the run's record head as this process last wrote or read it.
 	saved map[types.NamespacedName]runVersion
+	// owed are the start and end this process saved and no status patch has shown yet.
+	owed map[types.NamespacedName]transitions
 	// wake tells the controller a step finished.
 	wake chan event.GenericEvent
 }
@@ -65,6 +67,12 @@ type runTime struct {
 	at  time.Time
 }
 
+// transitions are the start and end of the run with uid.
+type transitions struct {
+	uid          types.UID
+	start, ended bool
+}
+
 // runVersion is a resourceVersion kept for the run with uid.
 type runVersion struct {
 	uid types.UID
@@ -73,7 +81,8 @@ type runVersion struct {
 
 func newSteps() *steps {
 	return &steps{outcomes: map[types.NamespacedName]*stepOutcome{}, retryAt: map[types.NamespacedName]runTime{},
-		reported: map[types.NamespacedName]runTime{}, saved: map[types.NamespacedName]runVersion{}, wake: make(chan event.GenericEvent, 1024)}
+		reported: map[types.NamespacedName]runTime{}, saved: map[types.NamespacedName]runVersion{},
+		owed: map[types.NamespacedName]transitions{}, wake: make(chan event.GenericEvent, 1024)}
 }
 
 func (s *steps) put(key types.NamespacedName, o *stepOutcome) {
@@ -148,6 +157,34 @@ func (s *steps) headVersion(key types.NamespacedName, uid types.UID) (rv string,
 	return v.rv, true
 }
 
+// owe notes that this process saved the run's start or end: they are reported (events, the run
+// span) once a status patch shows them, in this reconcile or, when its patch failed, a later one.
+func (s *steps) owe(key types.NamespacedName, uid types.UID, start, ended bool) {
+	if !start && !ended {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.owed[key]
+	if o.uid != uid {
+		o = transitions{uid: uid}
+	}
+	o.start, o.ended = o.start || start, o.ended || ended
+	s.owed[key] = o
+}
+
+// shown returns what was owed for the run and clears it: a status patch has just shown it.
+func (s *steps) shown(key types.NamespacedName, uid types.UID) (start, ended bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.owed[key]
+	delete(s.owed, key)
+	if !ok || o.uid != uid {
+		return false, false
+	}
+	return o.start, o.ended
+}
+
 // forget drops whatever is kept for a run that is gone or has ended.
 func (s *steps) forget(key types.NamespacedName) {
 	s.mu.Lock()
@@ -155,6 +192,7 @@ func (s *steps) forget(key types.NamespacedName) {
 	delete(s.retryAt, key)
 	delete(s.reported, key)
 	delete(s.saved, key)
+	delete(s.owed, key)
 	s.mu.Unlock()
 }
 

@@ -50,9 +50,9 @@ func (r *AgentRunReconciler) traceSuspension(ctx context.Context, run *toolnexus
 	})
 }
 
-// traceEnd writes the run span when this reconcile saved the run's end (once, as its end event).
+// traceEnd writes the run span; it is called once, with the run's end event.
 func (r *AgentRunReconciler) traceEnd(ctx context.Context, s *scope) {
-	if r.Tracing == nil || s.endedAtLoad || !s.rec.State.Ended() {
+	if r.Tracing == nil {
 		return
 	}
 	st := s.run.Status
