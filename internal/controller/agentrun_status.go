@@ -27,8 +27,10 @@ const (
 
 // statusInterval is how often a running run's status is patched when only its counters and
 // summaries changed (turns, tool calls, usage): every transition (a phase, a condition, a request
-// opened or closed, the end) is patched at once.
-const statusInterval = 2 * time.Second
+// opened or closed, the end) is patched at once. A status patch is the costliest request the
+// manager makes (the whole object is validated, CEL rules included, and sent to every watcher): at
+// 5 s, a run whose turns take a second or two costs one patch when it starts and one when it ends.
+const statusInterval = 5 * time.Second
 
 // progressOnly reports whether after differs from before in the counters and summaries of a
 // running run alone.

@@ -152,13 +152,13 @@ func TestProjectReportsProgressAtMostEveryInterval(t *testing.T) {
 	}{
 		{name: "the first step started the run", at: 0, turn: 1, inflight: true, patched: true},
 		{name: "a turn soon after", at: 500 * ms, turn: 2, inflight: true},
-		{name: "another within the interval", at: 1900 * ms, turn: 3, inflight: true},
-		{name: "a turn once the interval has passed", at: 2100 * ms, turn: 4, inflight: true, patched: true},
-		{name: "a turn with no step in flight", at: 2200 * ms, turn: 5, patched: true},
-		{name: "a turn whose model failed", at: 2300 * ms, turn: 6, inflight: true, patched: true,
+		{name: "another within the interval", at: statusInterval - 100*ms, turn: 3, inflight: true},
+		{name: "a turn once the interval has passed", at: statusInterval + 100*ms, turn: 4, inflight: true, patched: true},
+		{name: "a turn with no step in flight", at: statusInterval + 200*ms, turn: 5, patched: true},
+		{name: "a turn whose model failed", at: statusInterval + 300*ms, turn: 6, inflight: true, patched: true,
 			progress: progress{reason: toolnexusv1alpha1.ReasonModelRetrying, message: "retrying"}},
-		{name: "the turn retried", at: 2400 * ms, turn: 6, inflight: true, patched: true},
-		{name: "the end", at: 2500 * ms, turn: 7, done: true, patched: true},
+		{name: "the turn retried", at: statusInterval + 400*ms, turn: 6, inflight: true, patched: true},
+		{name: "the end", at: statusInterval + 500*ms, turn: 7, done: true, patched: true},
 	}
 	for _, step := range steps {
 		cur := &toolnexusv1alpha1.AgentRun{}
