@@ -12,8 +12,12 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
 // workloadRows are the figures every workload shares: how fast it went and what bounded it.
 func workloadRows(row func(...string), label string, w slowResult) {
-	row(label+": runs created in / turns / turns per second (steady, 10–90 %)", fmt.Sprintf("%s / %d / %.1f (%.1f)",
-		secs(w.created), w.turnsTaken, w.rate(), w.load.steadyRate), "", "", "", "")
+	steady := "— : 10 % to 90 % of the turns within one sample"
+	if w.load.steadyRate > 0 {
+		steady = fmt.Sprintf("%.1f", w.load.steadyRate)
+	}
+	row(label+": runs created in / turns / turns per second (steady, 10–90 %)", fmt.Sprintf("%s / %d / %.1f (%s)",
+		secs(w.created), w.turnsTaken, w.rate(), steady), "", "", "", "")
 	row(label+": executor steps in flight (of "+fmt.Sprint(w.slots)+" slots) / waiting, mean / max",
 		fmt.Sprintf("%s / %s", w.load.inflight, w.load.queued), "", "", "", "")
 	row(label+": workqueue depth / busy workers, mean / max; reconcile, queue wait (mean)",

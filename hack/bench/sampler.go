@@ -185,7 +185,8 @@ func (s *sampler) finish() loadSummary {
 }
 
 // steadyRate is the turns per second between the samples at 10% and 90% of the turns taken, which
-// leaves out the ramp while runs are being created and the tail of the last runs.
+// leaves out the ramp while runs are being created and the tail of the last runs; 0 when one
+// sample interval holds both.
 func steadyRate(ss []sample) float64 {
 	total := ss[len(ss)-1].turns
 	lo, hi := -1, -1
