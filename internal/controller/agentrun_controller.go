@@ -185,6 +185,9 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, err
 		}
 	}
+	if err := r.checkUnread(ctx, run, s.rec); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.project(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -203,8 +206,7 @@ func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
 	}
 	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
 	key := runKey(s.run)
-	// The start and end this reconcile saved are reported once a status patch showing them lands.
-	r.steps.owe(key, s.run.UID, !s.startedAtLoad && s.rec.started(), !s.endedAtLoad && s.rec.State.Ended())
+	r.owe(s) // an end no record holds (the record was unreadable) is reported all the same
 	if s.inflight && !finished(s.run) && progressOnly(&s.before.Status, &s.run.Status) && !r.steps.reportDue(key, s.run.UID, s.now) {
 		// A running run's counters are reported at most every statusInterval; the record holds them.
 		s.emitEvents()
@@ -274,7 +276,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	key := runKey(s.run)
 	if s.run.Spec.Cancel && !s.rec.State.Ended() {
 		r.Executor.Cancel(key.String()) // in-flight I/O of a cancelled run is aborted
-		r.steps.forget(key)
+		r.steps.drop(key)
 		s.rec.State.End(toolnexusv1alpha1.ReasonCancelled, "The run was cancelled (spec.cancel)")
 		s.dirty = true
 	}
@@ -343,19 +345,29 @@ func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
 			fmt.Sprintf("The run stopped: %v (%d MiB compressed, %d MiB decoded); reduce tool output or maxTurns",
 				err, r.maxTranscriptBytes()>>20, r.maxTranscriptRawBytes()>>20))
 		s.dirty = false
+		r.owe(s)
 		return nil
 	}
 	var bad *corruptError
 	if errors.As(err, &bad) {
 		s.rec.State.End(bad.reason, truncate(bad.Error(), 1024))
 		s.dirty = false
+		r.owe(s)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	s.dirty = false
+	r.owe(s)
 	return nil
+}
+
+// owe notes the start and end this reconcile saved (or, for an end that cannot be saved, decided:
+// the status is then the run's last word). They are reported once a status patch shows them,
+// whatever fails between the save and that patch (a request's update, a Secret's read).
+func (r *AgentRunReconciler) owe(s *scope) {
+	r.steps.owe(runKey(s.run), s.run.UID, !s.startedAtLoad && s.rec.started(), !s.endedAtLoad && s.rec.State.Ended())
 }
 
 // reconcileFinished deletes a finished run once ttlSecondsAfterFinished has passed.

@@ -13,6 +13,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -149,6 +150,40 @@ var _ = Describe("AgentRun durability", Ordered, func() {
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
 		Expect(getRun(run).Status.Text).To(Equal("made it"))
 		Expect(served.Load()).To(Equal(int32(2)))
+	})
+
+	It("reads the record of a run whose status lost its start before reporting on it, even while its Secret is missing", func() {
+		ts := approvalServer()
+		model := looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}),
+			looptest.OpenAIText("kept"))
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm"}, StringData: map[string]string{"apiKey": "k"}}
+		Expect(k8sClient.Create(ctx, secret.DeepCopy())).To(Succeed())
+		run := newRun(ns, "status-lost", model.URL, ts, "approve")
+		run.Spec.Model.APIKeySecretRef = &toolnexusv1alpha1.SecretKeyReference{Name: "llm", Key: "apiKey"}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		req := waitSuspended(run, 1)[0]
+		stopManager()
+		<-managerDone
+		// The run's status no longer says it started (a status patch that never landed, a restore
+		// without status), and its Secret is gone: the new process takes the run for new, and must
+		// not report a new run's state over the parked one's (its request cancelled, the run waiting
+		// for a Secret to start over).
+		lost := getRun(run)
+		lost.Status = toolnexusv1alpha1.AgentRunStatus{}
+		Expect(k8sClient.Status().Update(ctx, lost)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, secret)).To(Succeed())
+		startManager()
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSuspended))
+		Expect(requestNamed(run, req.Name).Status.Phase).To(Equal(toolnexusv1alpha1.RequestPhaseWaiting))
+
+		answer(&req, `{"ok":true}`)
+		Eventually(func() string { return reasonOf(run) }, eventually).Should(Equal(toolnexusv1alpha1.ReasonSecretNotFound))
+		Expect(k8sClient.Create(ctx, secret.DeepCopy())).To(Succeed())
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(getRun(run).Status.Text).To(Equal("kept"))
+		Expect(model.Requests()).To(HaveLen(2))
+		Expect(ts.Calls()).To(HaveLen(2), "the call and its retry after the answer")
 	})
 })
 

@@ -196,9 +196,14 @@ func TestStartAndEndReportedOnce(t *testing.T) {
 		name                              string
 		ended, startedAtLoad, endedAtLoad bool
 		failPatch                         bool
-		want                              []string
+		// saveOnly saves the state and stops there, as a reconcile that fails between its save and
+		// its status patch (a request's update, a Secret's read) does.
+		saveOnly bool
+		// cancel cancels the run (spec.cancel): advance ends it, and it is saved and projected.
+		cancel bool
+		want   []string
 	}
-	start, end := "Normal "+EventRunStarted, "Normal "+EventRunSucceeded
+	start, end, cancelled := "Normal "+EventRunStarted, "Normal "+EventRunSucceeded, "Normal "+EventRunCancelled
 	sequences := map[string][]step{
 		"a reconcile each": {
 			{name: "the reconcile that created the record", want: []string{start}},
@@ -214,11 +219,22 @@ func TestStartAndEndReportedOnce(t *testing.T) {
 			{name: "the next one lands", ended: true, startedAtLoad: true, endedAtLoad: true, want: []string{end}},
 			{name: "and another", ended: true, startedAtLoad: true, endedAtLoad: true},
 		},
+		"failing between the save and the status patch": {
+			{name: "the reconcile that created the record", saveOnly: true},
+			{name: "the next one", startedAtLoad: true, want: []string{start}},
+			{name: "the reconcile that saved the end", ended: true, startedAtLoad: true, saveOnly: true},
+			{name: "the next one", ended: true, startedAtLoad: true, endedAtLoad: true, want: []string{end}},
+		},
+		"cancelled after a failed patch": {
+			{name: "the patch after the start fails", failPatch: true},
+			{name: "the run is cancelled", startedAtLoad: true, cancel: true, want: []string{start, cancelled}},
+		},
 	}
 	for name, steps := range sequences {
 		t.Run(name, func(t *testing.T) {
 			base := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
 			e := newDecisionEnv(t, base)
+			var saved *toolnexusv1alpha1.AgentRunRecord
 			for _, st := range steps {
 				state := &loop.State{Turn: 1}
 				if st.ended {
@@ -226,6 +242,27 @@ func TestStartAndEndReportedOnce(t *testing.T) {
 				}
 				s := decisionScope(base.DeepCopy(), state, nil)
 				s.rec.head, s.startedAtLoad, s.endedAtLoad = savedHead, st.startedAtLoad, st.endedAtLoad
+				if st.saveOnly {
+					s.rec.head = saved
+					if err := e.r.save(context.Background(), s); err != nil {
+						t.Fatalf("%s: save = %v", st.name, err)
+					}
+					saved = s.rec.head
+					if got := e.recorded(); len(got) > 0 {
+						t.Errorf("%s: events before a status patch showed them: %v", st.name, got)
+					}
+					continue
+				}
+				if st.cancel {
+					s.run.Spec.Cancel = true
+					s.rec.head = saved
+					if _, err := e.r.advance(context.Background(), s); err != nil {
+						t.Fatal(err)
+					}
+					if err := e.r.save(context.Background(), s); err != nil {
+						t.Fatal(err)
+					}
+				}
 				e.failPatches = 0
 				if st.failPatch {
 					e.failPatches = 1

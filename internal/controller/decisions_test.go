@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/testenv"
 	"github.com/toolnexus/operator/internal/tools"
@@ -158,7 +159,8 @@ func newDecisionEnv(t *testing.T, objs ...client.Object) *decisionEnv {
 			},
 		}).Build()
 	e.r = &AgentRunReconciler{Client: e.c, APIReader: e.c, Scheme: scheme, Recorder: e.recorder,
-		Clock: clocktesting.NewFakePassiveClock(decisionNow), Metrics: NewMetrics(prometheus.NewRegistry(), e.c), steps: newSteps()}
+		Clock: clocktesting.NewFakePassiveClock(decisionNow), Metrics: NewMetrics(prometheus.NewRegistry(), e.c), steps: newSteps(),
+		Executor: executor.New(0, 0, executor.Observer{})}
 	return e
 }
 

@@ -74,6 +74,8 @@ type runRecord struct {
 	agent *record.AgentSnapshot
 	// head is the object the record was read from or last written to; nil before the first save.
 	head *toolnexusv1alpha1.AgentRunRecord
+	// unread says the record was not read: the run was taken for new (see loadRecord).
+	unread bool
 }
 
 // started reports whether the record was ever saved, i.e. the run has taken a step.
@@ -112,10 +114,12 @@ func recordName(run string, n int) string {
 // A run that this process has not seen save a record and whose status says it never started is
 // not read at all: its first save creates the head before anything runs, and finds a head that
 // exists after all (an earlier process saved it and stopped before the status said so, or a
-// deleted run of the same name left it) then (see createHead).
+// deleted run of the same name left it) then (see createHead). A reconcile that ends without
+// saving checks the record before it reports anything (see checkUnread).
 func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alpha1.AgentRun, o *stepOutcome) (*runRecord, error) {
 	fresh := &runRecord{State: loop.NewState(run.Spec.Prompt)}
 	if _, seen := r.steps.headVersion(runKey(run), run.UID); o == nil && !seen && !run.Status.Started() {
+		fresh.unread = true
 		return fresh, nil
 	}
 	head, opts, err := r.headOf(ctx, run, o)
@@ -160,6 +164,28 @@ func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alp
 	return &runRecord{State: h.State, segments: h.Segments, agent: h.Agent, head: head}, nil
 }
 
+var recordsResource = toolnexusv1alpha1.GroupVersion.WithResource("agentrunrecords").GroupResource()
+
+// savedEarlier is the conflict of a run taken for new whose record an earlier process saved.
+func savedEarlier(name string) error {
+	return apierrors.NewConflict(recordsResource, name, errors.New("an earlier process saved the run's record; it is read again"))
+}
+
+// checkUnread reads the record of a run that was taken for new and waits before its first save
+// (for a Secret, for its Agent): an earlier process may have saved it after all, and then what
+// this reconcile decided from a new state is not reported; the run is read again.
+func (r *AgentRunReconciler) checkUnread(ctx context.Context, run *toolnexusv1alpha1.AgentRun, rec *runRecord) error {
+	if !rec.unread || rec.started() {
+		return nil
+	}
+	r.steps.sawHead(runKey(run), run.UID, "") // read from etcd
+	stored, err := r.loadRecord(ctx, run, nil)
+	if err == nil && stored.started() {
+		err = savedEarlier(recordName(run.Name, 0))
+	}
+	return err
+}
+
 // headOf is the head of the run's record, as the step o started from it, or read from the API
 // when o is nil, with the options its segments are read with.
 //
@@ -174,17 +200,21 @@ func (r *AgentRunReconciler) headOf(ctx context.Context, run *toolnexusv1alpha1.
 	opts := &client.GetOptions{}
 	if o != nil {
 		if o.head == nil {
-			return nil, opts, apierrors.NewNotFound(toolnexusv1alpha1.GroupVersion.WithResource("agentrunrecords").GroupResource(), name)
+			return nil, opts, apierrors.NewNotFound(recordsResource, name)
 		}
 		return o.head, opts, nil
 	}
 	key, objKey := runKey(run), client.ObjectKey{Namespace: run.Namespace, Name: name}
 	head := &toolnexusv1alpha1.AgentRunRecord{}
 	if rv, _ := r.steps.headVersion(key, run.UID); rv != "" {
-		cached := &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: rv}}
-		err := r.APIReader.Get(ctx, objKey, head, cached)
-		if err == nil || apierrors.IsNotFound(err) {
-			return head, cached, err
+		err := r.APIReader.Get(ctx, objKey, head, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: rv}})
+		if err == nil {
+			// Its segments, written before it, are read not older than the head as it was found
+			// (another writer may have moved it past rv).
+			return head, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: head.ResourceVersion}}, nil
+		}
+		if apierrors.IsNotFound(err) {
+			return head, opts, err
 		}
 		// The watch cache did not catch up in time, or is off: read from etcd.
 	}
@@ -267,8 +297,7 @@ func (r *AgentRunReconciler) createHead(ctx context.Context, run *toolnexusv1alp
 		return err
 	}
 	if existing.Run.UID == string(run.UID) {
-		return apierrors.NewConflict(toolnexusv1alpha1.GroupVersion.WithResource("agentrunrecords").GroupResource(), obj.Name,
-			errors.New("an earlier process saved the run's record; it is read again"))
+		return savedEarlier(obj.Name)
 	}
 	if err := r.deleteEarlierHead(ctx, run, existing); err != nil {
 		return err
@@ -279,10 +308,20 @@ func (r *AgentRunReconciler) createHead(ctx context.Context, run *toolnexusv1alp
 // deleteEarlierHead deletes a head that is not run's: one left by a deleted run of the same name
 // that the garbage collector has not removed yet. Any other fails the run closed.
 func (r *AgentRunReconciler) deleteEarlierHead(ctx context.Context, run *toolnexusv1alpha1.AgentRun, head *toolnexusv1alpha1.AgentRunRecord) error {
+	notOurs := mismatch("AgentRunRecord %s belongs to run %s (uid %s), not to this run; rename the run", head.Name, head.Run.Name, head.Run.UID)
 	if head.Run.Name != run.Name || run.Status.Started() {
-		return mismatch("AgentRunRecord %s belongs to run %s (uid %s), not to this run; rename the run", head.Name, head.Run.Name, head.Run.UID)
+		return notOurs
 	}
-	err := r.Delete(ctx, head, client.Preconditions{UID: &head.UID})
+	// The run it names must be gone: a stale copy of this run must not delete a newer namesake's.
+	live := &toolnexusv1alpha1.AgentRun{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(run), live)
+	if err == nil && string(live.UID) == head.Run.UID {
+		return notOurs
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading run %s: %w", run.Name, err)
+	}
+	err = r.Delete(ctx, head, client.Preconditions{UID: &head.UID})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting the record AgentRunRecord %s of an earlier run named %s: %w", head.Name, run.Name, err)
 	}

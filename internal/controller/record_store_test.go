@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,6 +100,12 @@ func TestLoadRecordReadsWhatItMust(t *testing.T) {
 
 	restart()
 	rec = load(run, none) // the status does not show the start an earlier process saved
+	// A reconcile that waits before saving (a Secret is missing) checks before it reports.
+	if err := r.checkUnread(ctx, run, rec); !apierrors.IsConflict(err) {
+		t.Fatalf("checking a record taken for new that an earlier process saved = %v, want a conflict", err)
+	}
+	restart()
+	rec = load(run, none)
 	if err := r.saveRecord(ctx, run, rec); !apierrors.IsConflict(err) {
 		t.Fatalf("creating the head over this run's = %v, want a conflict", err)
 	}
@@ -109,9 +117,51 @@ func TestLoadRecordReadsWhatItMust(t *testing.T) {
 	again := run.DeepCopy()
 	again.UID = "a-new-run-of-that-name"
 	rec = load(again, none)
+	// A stale copy of a deleted run (again, to a cache that lags) never deletes the record of the
+	// run that exists under the name.
+	if err := r.saveRecord(ctx, again, rec); err == nil || !strings.Contains(err.Error(), "belongs to run "+run.Name+" (uid run-uid)") {
+		t.Fatalf("saving over the record of a run that exists = %v, want a mismatch naming it", err)
+	}
+	if err := c.Delete(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	restart()
+	rec = load(again, none)
 	save(again, rec) // replaces the record the deleted run left
 	if rec.head.Run.UID != string(again.UID) {
 		t.Fatalf("the head names run uid %s, want %s", rec.head.Run.UID, again.UID)
+	}
+	// Segments are read not older than the head as it was found: another writer may have moved it
+	// past the version this process saw, and the segments it refers to were written before it.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for len(rec.segments) == 0 {
+		addTurn(rec.State, rng, 32<<10)
+		save(again, rec)
+	}
+	seen := rec.head.ResourceVersion
+	moved := rec.head.DeepCopy()
+	moved.Labels = map[string]string{"backup": "done"}
+	if err := c.Update(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	reads = nil
+	if rec, err = r.loadRecord(ctx, again, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{seen}
+	for range rec.segments {
+		want = append(want, moved.ResourceVersion)
+	}
+	if diff := cmp.Diff(want, reads); diff != "" {
+		t.Fatalf("the head and its segments were read asking for (-want +got):\n%s", diff)
+	}
+
+	fresh := again.DeepCopy()
+	fresh.Name, fresh.UID = "new", "new-uid"
+	rec = load(fresh, none)
+	reads = nil
+	if err := r.checkUnread(ctx, fresh, rec); err != nil || len(reads) != 1 || reads[0] != "" {
+		t.Fatalf("checking a new run's record = %v after reads %q, want one read from etcd", err, reads)
 	}
 	other := again.DeepCopy()
 	other.UID, other.Status.StartTime = "a-started-run", &metav1.Time{Time: decisionNow}

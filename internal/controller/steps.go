@@ -185,11 +185,19 @@ func (s *steps) shown(key types.NamespacedName, uid types.UID) (start, ended boo
 	return o.start, o.ended
 }
 
-// forget drops whatever is kept for a run that is gone or has ended.
-func (s *steps) forget(key types.NamespacedName) {
+// drop discards the outcome and the backoff of a run's step: the run was cancelled, and what its
+// aborted step left must not be applied. What it still owes is kept.
+func (s *steps) drop(key types.NamespacedName) {
 	s.mu.Lock()
 	delete(s.outcomes, key)
 	delete(s.retryAt, key)
+	s.mu.Unlock()
+}
+
+// forget drops whatever is kept for a run that is gone or has ended.
+func (s *steps) forget(key types.NamespacedName) {
+	s.drop(key)
+	s.mu.Lock()
 	delete(s.reported, key)
 	delete(s.saved, key)
 	delete(s.owed, key)
