@@ -13,10 +13,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -35,8 +33,6 @@ var (
 	// may answer by RBAC but is no approver, carol has no RBAC at all, erin runs agents (the
 	// editor role), admin is system:masters.
 	kubeconfigs = map[string]string{}
-	// policies tells whether config/policies (the approver rules) is installed.
-	policies bool
 )
 
 func TestPlugin(t *testing.T) {
@@ -49,11 +45,9 @@ var _ = BeforeSuite(func() {
 	dir := GinkgoT().TempDir()
 
 	By("building kubectl-toolnexus")
+	_, err := testenv.Build(dir, "./cmd/kubectl-toolnexus")
+	Expect(err).NotTo(HaveOccurred())
 	plugin = filepath.Join(dir, "kubectl-toolnexus")
-	build := exec.Command("go", "build", "-o", plugin, "./cmd/kubectl-toolnexus")
-	build.Dir = testenv.RepoRoot()
-	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
 
 	env, err = testenv.New()
 	Expect(err).NotTo(HaveOccurred())
@@ -64,18 +58,8 @@ var _ = BeforeSuite(func() {
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
-	By("installing config/rbac and, when it is there, config/policies")
-	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "toolnexus-system"}})).To(Succeed())
-	dirs := []string{"rbac"}
-	if _, err := os.Stat(filepath.Join(testenv.RepoRoot(), "config", "policies", "kustomization.yaml")); err == nil {
-		policies = true
-		dirs = append(dirs, "policies")
-	}
-	for _, d := range dirs {
-		for _, obj := range kustomize(filepath.Join(testenv.RepoRoot(), "config", d)) {
-			Expect(admin.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
-		}
-	}
+	By("installing config/rbac and config/policies")
+	Expect(testenv.Install(ctx, admin, "rbac", "policies")).To(Succeed())
 	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-answerers"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolnexus-answerer"},
@@ -125,26 +109,24 @@ var _ = BeforeSuite(func() {
 			"%s may %s %s", grant.User, grant.ResourceAttributes.Verb, grant.ResourceAttributes.Resource)
 	}
 
-	if policies {
-		// A policy is enforced a moment after it is created: wait until both are.
-		By("waiting until the approver rules are enforced")
-		ns := newNamespace()
-		Eventually(func() string {
-			preq := newRequest(ns, "approval", approvers)
-			_, stderr, _ := kubectlToolnexus("bob", "-n", ns, "approve", preq.Name)
-			return stderr
-		}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("user bob may not answer this request"))
-		By("waiting until answers are stamped with who gave them")
-		Eventually(func() (string, error) {
-			preq := newRequest(ns, "approval", nil)
-			if _, stderr, err := kubectlToolnexus("alice", "-n", ns, "approve", preq.Name); err != nil {
-				return "", fmt.Errorf("%w: %s", err, stderr)
-			}
-			got := &toolnexusv1alpha1.PendingRequest{}
-			err := admin.Get(ctx, client.ObjectKeyFromObject(preq), got)
-			return got.Status.AnsweredBy, err
-		}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("alice"))
-	}
+	// A policy is enforced a moment after it is created: wait until both are.
+	By("waiting until the approver rules are enforced")
+	ns := newNamespace()
+	Eventually(func() string {
+		preq := newRequest(ns, "approval", approvers)
+		_, stderr, _ := kubectlToolnexus("bob", "-n", ns, "approve", preq.Name)
+		return stderr
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("user bob may not answer this request"))
+	By("waiting until answers are stamped with who gave them")
+	Eventually(func() (string, error) {
+		preq := newRequest(ns, "approval", nil)
+		if _, stderr, err := kubectlToolnexus("alice", "-n", ns, "approve", preq.Name); err != nil {
+			return "", fmt.Errorf("%w: %s", err, stderr)
+		}
+		got := &toolnexusv1alpha1.PendingRequest{}
+		err := admin.Get(ctx, client.ObjectKeyFromObject(preq), got)
+		return got.Status.AnsweredBy, err
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("alice"))
 })
 
 var _ = AfterSuite(func() {
@@ -160,10 +142,4 @@ func kubectlToolnexus(user string, args ...string) (string, string, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	return stdout.String(), stderr.String(), err
-}
-
-func kustomize(dir string) []*unstructured.Unstructured {
-	objs, err := testenv.Kustomize(dir)
-	Expect(err).NotTo(HaveOccurred())
-	return objs
 }

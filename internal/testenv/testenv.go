@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,10 +15,13 @@ import (
 	goruntime "runtime"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
@@ -120,6 +124,34 @@ func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("kubectl kustomize %s built nothing", dir)
 	}
 	return objs, nil
+}
+
+// ManagerNamespace is the namespace config/ deploys the manager into.
+const ManagerNamespace = "toolnexus-system"
+
+// ManagerUser is the manager's ServiceAccount as the API server authenticates it: the subject
+// config/rbac binds (namespace and namePrefix of its kustomization).
+var ManagerUser = envtest.User{Name: "system:serviceaccount:" + ManagerNamespace + ":toolnexus-controller-manager",
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ManagerNamespace}}
+
+// Install creates ManagerNamespace and the objects of config/<dir> for each dir (for example
+// "rbac", "policies"), as `kubectl apply -k` of a deployment would.
+func Install(ctx context.Context, c client.Client, dirs ...string) error {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", ManagerNamespace, err)
+	}
+	for _, dir := range dirs {
+		objs, err := Kustomize(filepath.Join(RepoRoot(), "config", dir))
+		if err != nil {
+			return err
+		}
+		for _, obj := range objs {
+			if err := c.Create(ctx, obj); err != nil {
+				return fmt.Errorf("creating %s %s from config/%s: %w", obj.GetKind(), obj.GetName(), dir, err)
+			}
+		}
+	}
+	return nil
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment ago.

@@ -81,14 +81,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	By("installing config/rbac and config/policies")
-	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "toolnexus-system"}})).To(Succeed())
-	for _, d := range []string{"rbac", "policies"} {
-		objs, err := testenv.Kustomize(filepath.Join(testenv.RepoRoot(), "config", d))
-		Expect(err).NotTo(HaveOccurred())
-		for _, obj := range objs {
-			Expect(admin.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
-		}
-	}
+	Expect(testenv.Install(ctx, admin, "rbac", "policies")).To(Succeed())
 	// Both answer (answerer) and read transcripts (viewer, which the built-in view aggregates).
 	for _, role := range []string{"toolnexus-answerer", "toolnexus-agentrun-viewer"} {
 		Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
@@ -146,8 +139,7 @@ var _ = BeforeSuite(func() {
 		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(ContainSubstring(want), user)
 	}
 
-	manager, err := env.AddUser(envtest.User{Name: "system:serviceaccount:toolnexus-system:toolnexus-controller-manager",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:toolnexus-system"}}, cfg)
+	manager, err := env.AddUser(testenv.ManagerUser, cfg)
 	Expect(err).NotTo(HaveOccurred())
 	runManager(manager.Config())
 })

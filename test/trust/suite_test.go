@@ -7,7 +7,6 @@ package trust_test
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,12 +29,6 @@ import (
 	"github.com/toolnexus/operator/internal/controller"
 	"github.com/toolnexus/operator/internal/testenv"
 	"github.com/toolnexus/operator/internal/tools/toolstest"
-)
-
-// The manager's identity once config/rbac is built: namespace and namePrefix of its kustomization.
-const (
-	managerNamespace = "toolnexus-system"
-	managerUser      = "system:serviceaccount:" + managerNamespace + ":toolnexus-controller-manager"
 )
 
 var (
@@ -72,14 +65,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	admin = clientAs(envtest.User{Name: "admin", Groups: []string{"system:masters"}})
 
-	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}})).To(Succeed())
-	for _, dir := range []string{"rbac", "policies"} {
-		objs, err := testenv.Kustomize(filepath.Join(testenv.RepoRoot(), "config", dir))
-		Expect(err).NotTo(HaveOccurred())
-		for _, obj := range objs {
-			Expect(admin.Create(ctx, obj)).To(Succeed(), "creating %s %s from config/%s", obj.GetKind(), obj.GetName(), dir)
-		}
-	}
+	Expect(testenv.Install(ctx, admin, "rbac", "policies")).To(Succeed())
 	// envtest runs no controller-manager, so ClusterRole aggregation does not happen: bind erin
 	// to what "edit" would aggregate, and give her ConfigMaps and Secrets as "edit" does.
 	Expect(admin.Create(ctx, &rbacv1.ClusterRole{
@@ -92,8 +78,7 @@ var _ = BeforeSuite(func() {
 	bind("alice-answerer", "toolnexus-answerer", "alice")
 	erin = clientAs(envtest.User{Name: "erin"})
 	alice = clientAs(envtest.User{Name: "alice"})
-	manager, err := env.AddUser(envtest.User{Name: managerUser,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + managerNamespace}}, cfg)
+	manager, err := env.AddUser(testenv.ManagerUser, cfg)
 	Expect(err).NotTo(HaveOccurred())
 	managerConfig = manager.Config()
 	startManager()
