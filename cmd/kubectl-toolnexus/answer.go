@@ -83,11 +83,10 @@ func newAnswerCommand(o *options) *cobra.Command {
 				raw, _ := json.Marshal(map[string]string{"output": output})
 				ans.Data = jsonValue(raw)
 			default:
-				var obj map[string]any
-				if err := json.Unmarshal([]byte(data), &obj); err != nil || obj == nil {
-					return fmt.Errorf("--data must be a JSON object, e.g. '{\"output\":\"staging\"}': %v", err)
+				var err error
+				if ans, err = dataAnswer(data); err != nil {
+					return fmt.Errorf("--data %w", err)
 				}
-				ans.Data = jsonValue([]byte(data))
 			}
 			return o.runAnswer(cmd.Context(), args[0], ans, "answered", f)
 		},
@@ -98,10 +97,22 @@ func newAnswerCommand(o *options) *cobra.Command {
 	return cmd
 }
 
+// dataAnswer is the answer {ok: true, data: raw}; raw must be a JSON object.
+func dataAnswer(raw string) (toolnexusv1alpha1.Answer, error) {
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(raw), &obj); err != nil || obj == nil {
+		return toolnexusv1alpha1.Answer{}, fmt.Errorf(`must be a JSON object, e.g. {"output":"staging"}: %v`, err)
+	}
+	return toolnexusv1alpha1.Answer{OK: true, Data: jsonValue([]byte(raw))}, nil
+}
+
 // runAnswer answers the request, prints what it did and, with --wait, follows the run.
 func (o *options) runAnswer(ctx context.Context, name string, ans toolnexusv1alpha1.Answer, verb string, f *answerFlags) error {
-	pr, err := o.sendAnswer(ctx, client.ObjectKey{Namespace: o.namespace, Name: name}, ans)
-	if err != nil {
+	pr := &toolnexusv1alpha1.PendingRequest{}
+	if err := o.client.Get(ctx, client.ObjectKey{Namespace: o.namespace, Name: name}, pr); err != nil {
+		return err
+	}
+	if err := o.sendAnswer(ctx, pr, ans); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.out, "pendingrequest.toolnexus.dev/%s %s\n", name, verb)
@@ -120,31 +131,27 @@ func (o *options) runAnswer(ctx context.Context, name string, ans toolnexusv1alp
 // sendAnswer sets the request's status.answer with a merge patch of the status subresource, the
 // patch `kubectl patch preq NAME --subresource=status --type=merge` sends. The API server stamps
 // answeredBy and answeredAt and enforces who may answer; its refusal is returned as it gave it.
-func (o *options) sendAnswer(ctx context.Context, key client.ObjectKey, ans toolnexusv1alpha1.Answer) (*toolnexusv1alpha1.PendingRequest, error) {
-	pr := &toolnexusv1alpha1.PendingRequest{}
-	if err := o.client.Get(ctx, key, pr); err != nil {
-		return nil, err
-	}
+func (o *options) sendAnswer(ctx context.Context, pr *toolnexusv1alpha1.PendingRequest, ans toolnexusv1alpha1.Answer) error {
 	if prev := pr.Status.Answer; prev != nil {
-		return nil, fmt.Errorf("pendingrequests.toolnexus.dev %q is already answered (%s by %s); an answer cannot be changed",
-			key.Name, describeAnswer(prev), orUnknown(pr.Status.AnsweredBy))
+		return fmt.Errorf("pendingrequests.toolnexus.dev %q is already answered (%s by %s); an answer cannot be changed",
+			pr.Name, describeAnswer(prev), orUnknown(pr.Status.AnsweredBy))
 	}
 	if pr.Status.Phase == toolnexusv1alpha1.RequestPhaseCancelled {
-		return nil, fmt.Errorf("pendingrequests.toolnexus.dev %q was cancelled; there is nothing to answer", key.Name)
+		return fmt.Errorf("pendingrequests.toolnexus.dev %q was cancelled; there is nothing to answer", pr.Name)
 	}
 	// The id pins the answer to this request: the API server refuses it for any other.
 	ans.ID = pr.Spec.Request.ID
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"answer": ans}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := o.client.Status().Patch(ctx, pr, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager)); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, err
+			return err
 		}
-		return nil, fmt.Errorf("the API server refused the answer: %w", err)
+		return fmt.Errorf("the API server refused the answer: %w", err)
 	}
-	return pr, nil
+	return nil
 }
 
 func describeAnswer(a *toolnexusv1alpha1.Answer) string {

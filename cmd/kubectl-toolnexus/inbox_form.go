@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/tools"
 )
 
 // formField is one input of a form generated from an MCP elicitation's requested schema: a flat
@@ -205,18 +206,10 @@ func formData(fields []formField, form url.Values) (map[string]any, error) {
 	return data, nil
 }
 
-// question is one question of a question request (data.questions).
-type question struct {
-	Question string   `json:"question"`
-	Header   string   `json:"header,omitempty"`
-	Options  []string `json:"options,omitempty"`
-	Multiple bool     `json:"multiple,omitempty"`
-}
-
 // questionAnswers turns the submitted form into the answer's data of a question request:
 // {"answers": [{"question": Q, "answer": "choice"}]}, the answer a list when the question takes
 // several choices. The question tool hands this object to the model as JSON.
-func questionAnswers(qs []question, form url.Values) (map[string]any, error) {
+func questionAnswers(qs []tools.Question, form url.Values) (map[string]any, error) {
 	answers := make([]map[string]any, 0, len(qs))
 	for i, q := range qs {
 		key := "q." + strconv.Itoa(i)
@@ -244,8 +237,8 @@ func questionAnswers(qs []question, form url.Values) (map[string]any, error) {
 
 // requestData is what the inbox reads of a request's data.
 type requestData struct {
-	Schema    json.RawMessage `json:"schema"`
-	Questions []question      `json:"questions"`
+	Schema    json.RawMessage  `json:"schema"`
+	Questions []tools.Question `json:"questions"`
 }
 
 func dataOf(pr *toolnexusv1alpha1.PendingRequest) requestData {
@@ -287,11 +280,11 @@ func answerFromForm(pr *toolnexusv1alpha1.PendingRequest, form url.Values) (tool
 		}
 		return withData(data)
 	case "data":
-		var obj map[string]any
-		if err := json.Unmarshal([]byte(form.Get("data")), &obj); err != nil || obj == nil {
-			return toolnexusv1alpha1.Answer{}, fmt.Errorf(`the data must be a JSON object, e.g. {"output":"staging"}: %v`, err)
+		ans, err := dataAnswer(form.Get("data"))
+		if err != nil {
+			return ans, fmt.Errorf("the data %w", err)
 		}
-		return toolnexusv1alpha1.Answer{OK: true, Data: jsonValue([]byte(form.Get("data")))}, nil
+		return ans, nil
 	default:
 		return toolnexusv1alpha1.Answer{}, fmt.Errorf("unknown action %q", action)
 	}

@@ -30,7 +30,7 @@ var inboxTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 const (
 	// maxStreams bounds the live pages served at once.
 	maxStreams = 32
-	// refreshEvery re-renders a live page though nothing changed, so that ages move on.
+	// refreshEvery re-renders the list though nothing changed, so that ages move on.
 	refreshEvery = 30 * time.Second
 )
 
@@ -64,14 +64,15 @@ func (in *inbox) routes() http.Handler {
 }
 
 func (in *inbox) listPage(w http.ResponseWriter, r *http.Request) {
-	rows, err := in.rows(r.Context())
-	in.render(w, http.StatusOK, "list.html", map[string]any{"Scope": in.scope(), "Rows": rows, "Error": errText(err)})
+	v := in.list(r.Context())
+	v["Scope"] = in.scope()
+	in.render(w, http.StatusOK, "list.html", v)
 }
 
 func (in *inbox) listEvents(w http.ResponseWriter, r *http.Request) {
-	in.stream(w, r, func(client.Object) bool { return true }, func(ctx context.Context) (string, error) {
-		rows, err := in.rows(ctx)
-		return in.fragment("rows", map[string]any{"Rows": rows, "Error": errText(err)})
+	isRequest := func(obj client.Object) bool { _, ok := obj.(*toolnexusv1alpha1.PendingRequest); return ok }
+	in.stream(w, r, isRequest, refreshEvery, func(ctx context.Context) (string, error) {
+		return in.fragment("rows", in.list(ctx))
 	})
 }
 
@@ -89,7 +90,7 @@ func (in *inbox) requestEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := &requestFilter{key: key}
-	in.stream(w, r, f.wants, func(ctx context.Context) (string, error) {
+	in.stream(w, r, f.wants, 0, func(ctx context.Context) (string, error) {
 		v := in.requestView(ctx, key, "")
 		if v.Request != nil {
 			f.named(v.Request.Spec.RunRef.Name)
@@ -140,12 +141,19 @@ func (in *inbox) answer(w http.ResponseWriter, r *http.Request) {
 		in.renderRequest(w, r.Context(), key, statusOf(err), err.Error())
 		return
 	}
+	if uid := r.PostForm.Get("uid"); uid != string(pr.UID) {
+		// A run deleted and created again under its name opens a request of the same name: the
+		// page shows another request's prompt and arguments, and answers only the one it shows.
+		in.renderRequest(w, r.Context(), key, http.StatusConflict,
+			"the page showed another request of this name (uid "+uid+"); read this one before answering it")
+		return
+	}
 	ans, err := answerFromForm(pr, r.PostForm)
 	if err != nil {
 		in.renderRequest(w, r.Context(), key, http.StatusUnprocessableEntity, err.Error())
 		return
 	}
-	if _, err := in.o.sendAnswer(r.Context(), key, ans); err != nil {
+	if err := in.o.sendAnswer(r.Context(), pr, ans); err != nil {
 		in.renderRequest(w, r.Context(), key, statusOf(err), err.Error())
 		return
 	}
@@ -191,8 +199,9 @@ func (in *inbox) fragment(name string, data any) (string, error) {
 }
 
 // stream serves a Server-Sent Events stream of one fragment of a page: render's output, sent
-// again whenever a watched object that wants says matters changes and the output differs.
-func (in *inbox) stream(w http.ResponseWriter, r *http.Request, wants func(client.Object) bool, render func(context.Context) (string, error)) {
+// again whenever a watched object that wants says matters changes, or every refresh (when not 0),
+// and the output differs.
+func (in *inbox) stream(w http.ResponseWriter, r *http.Request, wants func(client.Object) bool, refresh time.Duration, render func(context.Context) (string, error)) {
 	select {
 	case in.streams <- struct{}{}:
 		defer func() { <-in.streams }()
@@ -205,8 +214,12 @@ func (in *inbox) stream(w http.ResponseWriter, r *http.Request, wants func(clien
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	tick := time.NewTicker(refreshEvery)
-	defer tick.Stop()
+	var tick <-chan time.Time // nil: never
+	if refresh > 0 {
+		t := time.NewTicker(refresh)
+		defer t.Stop()
+		tick = t.C
+	}
 	var last string
 	for {
 		html, err := render(r.Context())
@@ -217,7 +230,8 @@ func (in *inbox) stream(w http.ResponseWriter, r *http.Request, wants func(clien
 			last = html
 			var b strings.Builder
 			b.WriteString("event: update\n")
-			for _, line := range strings.Split(html, "\n") {
+			// A lone CR ends an event's line too: text a model or a tool wrote must not end it.
+			for _, line := range strings.Split(strings.ReplaceAll(html, "\r", ""), "\n") {
 				b.WriteString("data: " + line + "\n")
 			}
 			b.WriteString("\n")
@@ -232,16 +246,9 @@ func (in *inbox) stream(w http.ResponseWriter, r *http.Request, wants func(clien
 		case <-r.Context().Done():
 			return
 		case <-changed.c:
-		case <-tick.C:
+		case <-tick:
 		}
 	}
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 // statusOf is the HTTP status an API server error came with; 502 for any other failure.

@@ -12,8 +12,10 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/testenv"
 )
 
 func TestLoopbackAddress(t *testing.T) {
@@ -301,4 +303,43 @@ func TestRequestFilter(t *testing.T) {
 	f.named("buy")
 	check("once named", run("team", "buy"), true)
 	check("once named", run("team", "sell"), false)
+}
+
+// A page answers the request it showed: a request of the same name opened since (its run deleted
+// and created again) is not answered by a form of the old page.
+func TestAnswerNeedsTheRequestThePageShowed(t *testing.T) {
+	scheme, err := testenv.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := request("approval", "")
+	pr.Namespace, pr.Name, pr.UID = "team", "buy-1-call-1", "the-new-one"
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pr).WithStatusSubresource(pr).Build()
+	h := newInbox(&options{client: c}, c, "").routes()
+	post := func(uid string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/requests/team/buy-1-call-1", strings.NewReader("action=approve&uid="+uid))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	answer := func() *toolnexusv1alpha1.Answer {
+		got := &toolnexusv1alpha1.PendingRequest{}
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(pr), got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Status.Answer
+	}
+	if w := post("the-old-one"); w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "another request of this name") {
+		t.Fatalf("answering from the old page: %d %q, want 409", w.Code, w.Body)
+	}
+	if a := answer(); a != nil {
+		t.Fatalf("the new request was answered from the old page: %+v", a)
+	}
+	if w := post("the-new-one"); w.Code != http.StatusSeeOther {
+		t.Fatalf("answering from its own page: %d %q, want 303", w.Code, w.Body)
+	}
+	if a := answer(); a == nil || !a.OK {
+		t.Fatalf("the request's answer is %+v, want ok: true", a)
+	}
 }

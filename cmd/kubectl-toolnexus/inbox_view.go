@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/tools"
 )
 
 // requestRow is what the list shows of an open request.
@@ -18,24 +19,30 @@ type requestRow struct {
 	Namespace, Name, Run, Kind, Prompt, Tool, Arguments, Approvers, Age, Expires, Href string
 }
 
-func (in *inbox) rows(ctx context.Context) ([]requestRow, error) {
+// maxListRows bounds the list: it is rendered again on every change of a request.
+const maxListRows = 200
+
+// list is what the list shows: the open requests (at most maxListRows, More says how many are
+// left out), or the error that kept it from reading them.
+func (in *inbox) list(ctx context.Context) map[string]any {
 	list := &toolnexusv1alpha1.PendingRequestList{}
 	if err := in.objects.List(ctx, list, client.InNamespace(in.namespace)); err != nil {
-		return nil, err
+		return map[string]any{"Error": err.Error()}
 	}
 	open := openRequests(list.Items)
-	rows := make([]requestRow, len(open))
-	for i, pr := range open {
-		rows[i] = in.row(pr)
+	more := max(0, len(open)-maxListRows)
+	rows := make([]requestRow, len(open)-more)
+	for i := range rows {
+		rows[i] = in.row(open[i])
 	}
-	return rows, nil
+	return map[string]any{"Rows": rows, "More": more}
 }
 
 func (in *inbox) row(pr *toolnexusv1alpha1.PendingRequest) requestRow {
 	now := in.now()
 	return requestRow{
 		Namespace: pr.Namespace, Name: pr.Name, Run: pr.Spec.RunRef.Name, Kind: pr.Spec.Request.Kind,
-		Prompt: pr.Spec.Request.Prompt, Tool: pr.Spec.ToolCall.Name, Arguments: oneLine(pr.Spec.ToolCall.Arguments, 120),
+		Prompt: oneLine(pr.Spec.Request.Prompt, 200), Tool: pr.Spec.ToolCall.Name, Arguments: oneLine(pr.Spec.ToolCall.Arguments, 120),
 		Approvers: approversText(pr.Spec.Approvers), Age: age(pr.CreationTimestamp, now),
 		Expires: expiresText(pr.Spec.Request.ExpiresAt, now),
 		Href:    "/requests/" + pr.Namespace + "/" + pr.Name,
@@ -85,7 +92,7 @@ type requestView struct {
 
 	Fields    []formField // the form of an MCP elicitation
 	FormError string      // why the schema is offered as JSON instead
-	Questions []question
+	Questions []tools.Question
 
 	Run          *toolnexusv1alpha1.AgentRun
 	RunPhase     string

@@ -221,6 +221,8 @@ func newBrowser(width, height int) context.Context {
 		chromedp.NoSandbox, // as root, Chromium refuses to start with its sandbox
 		chromedp.DisableGPU,
 		chromedp.WindowSize(width, height),
+		// Tests talk to loopback only: no name resolves but 127.0.0.1, whatever Chromium would fetch.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
 	)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	browser, cancel := chromedp.NewContext(allocCtx)
