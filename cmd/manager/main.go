@@ -67,7 +67,7 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
-	httpClient, err := guardedHTTPClient(denyCIDRs, allowCIDRs, maxResponseMiB)
+	httpClient, err := guardedHTTPClient(denyCIDRs, allowCIDRs, maxResponseMiB, maxInflight)
 	if err != nil {
 		log.Error(err, "Invalid network guard flags")
 		os.Exit(1)
@@ -170,12 +170,12 @@ func main() {
 }
 
 // guardedHTTPClient is the client for model, HTTP tool, MCP and notification traffic, built from
-// the network guard flags.
-func guardedHTTPClient(deny, allow string, maxResponseMiB int64) (*http.Client, error) {
+// the network guard flags; it keeps a connection for every step that may be in flight.
+func guardedHTTPClient(deny, allow string, maxResponseMiB int64, maxInflight int) (*http.Client, error) {
 	if maxResponseMiB < 1 {
 		return nil, fmt.Errorf("--max-response-size must be at least 1 (MiB), got %d", maxResponseMiB)
 	}
-	cfg := netguard.Config{MaxResponseBytes: maxResponseMiB << 20}
+	cfg := netguard.Config{MaxResponseBytes: maxResponseMiB << 20, MaxIdleConns: maxInflight}
 	var err error
 	if cfg.Deny, err = netguard.ParseCIDRs(deny); err != nil {
 		return nil, fmt.Errorf("--deny-cidrs: %w", err)

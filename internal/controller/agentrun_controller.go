@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -127,9 +128,10 @@ var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
 // Reconcile takes the run one step further: it consumes answers, runs at most one model turn and
 // its tool calls, persists the record after every step, and only then projects the saved state
 // onto the run's PendingRequests and status.
-func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	defer func() { res.Priority = ptr.To(requeuePriority) }()
 	run := &toolnexusv1alpha1.AgentRun{}
-	err := r.Get(ctx, req.NamespacedName, run)
+	err = r.Get(ctx, req.NamespacedName, run)
 	if apierrors.IsNotFound(err) || (err == nil && (!run.DeletionTimestamp.IsZero() || finished(run))) {
 		// Deleting a run is how a user stops it: a step in flight is aborted, and its outcome
 		// (a model turn's tool calls among it) is never applied.
@@ -224,10 +226,7 @@ func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
 	}
 	s.emitEvents()
 	started, ended := r.steps.shown(key, s.run.UID)
-	r.emitTransitions(s, started, ended)
-	if ended {
-		r.traceEnd(ctx, s)
-	}
+	r.emitTransitions(ctx, s, started, ended)
 	return nil
 }
 
@@ -287,7 +286,8 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 		s.inflight = true // its end wakes the run
 		return ctrl.Result{}, nil
 	}
-	if o := s.outcome; o != nil && r.applyStep(s, o) {
+	if o := s.outcome; o != nil {
+		r.applyStep(s, o)
 		if err := r.save(ctx, s); err != nil || s.rec.State.Ended() {
 			return ctrl.Result{}, err
 		}
@@ -387,8 +387,9 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *toolnex
 // emitTransitions records the events of the run's transitions: its start and end when the status
 // just written is the first to show what this process saved (the cache's copy of the status may
 // not show the last patch yet, and an event must not repeat), and why it waits from the difference
-// between the status before this reconcile and the one just written.
-func (r *AgentRunReconciler) emitTransitions(s *scope, started, ended bool) {
+// between the status before this reconcile and the one just written. The run's end also writes
+// its span.
+func (r *AgentRunReconciler) emitTransitions(ctx context.Context, s *scope, started, ended bool) {
 	before, after := conditionOf(s.before, toolnexusv1alpha1.ConditionSucceeded), conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
 	if started {
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.spec.Model.Name)
@@ -401,6 +402,7 @@ func (r *AgentRunReconciler) emitTransitions(s *scope, started, ended bool) {
 	if !ended {
 		return
 	}
+	failed := false
 	switch after.Reason {
 	case toolnexusv1alpha1.ReasonCompleted:
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunSucceeded, actionStep, "Run succeeded after %d turns", s.run.Status.Turns)
@@ -409,9 +411,11 @@ func (r *AgentRunReconciler) emitTransitions(s *scope, started, ended bool) {
 	case toolnexusv1alpha1.ReasonCancelled:
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunCancelled, actionStep, "%s", after.Message)
 	default:
+		failed = true
 		r.Metrics.runErrors.WithLabelValues(after.Reason).Inc()
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunFailed, actionStep, "%s: %s", after.Reason, truncate(after.Message, 1024))
 	}
+	r.traceEnd(ctx, s, failed)
 }
 
 func requeueAt(t, now time.Time) ctrl.Result {

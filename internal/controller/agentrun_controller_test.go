@@ -69,8 +69,7 @@ func requestNamed(run *toolnexusv1alpha1.AgentRun, name string) *toolnexusv1alph
 
 // answer patches status.answer the way `kubectl patch --subresource=status --type=merge` does.
 func answer(p *toolnexusv1alpha1.PendingRequest, answerJSON string) {
-	patch := fmt.Sprintf(`{"status":{"answer":%s}}`, answerJSON)
-	Expect(k8sClient.Status().Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
+	patchRequestStatus(p, `{"status":{"answer":`+answerJSON+`}}`)
 }
 
 // waitSuspended waits for the run to park on want requests and returns them.

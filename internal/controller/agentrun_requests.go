@@ -86,7 +86,7 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error
 		s.event(func() {
 			r.Recorder.Eventf(s.run, preq, corev1.EventTypeWarning, EventRequestExpired, actionAnswer, "PendingRequest %s expired unanswered", name)
 			r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, tools.ReasonExpired).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
-			r.traceSuspension(ctx, s.run, preq, telemetry.OutcomeExpired, s.now)
+			r.traceSuspension(ctx, s.run, preq, tools.ReasonExpired, s.now)
 		})
 		r.hand(s, call, tools.AnswerDeclined(call.Request.ID, tools.ReasonExpired))
 		if p := s.spec.Suspension; p != nil && p.OnTimeout == toolnexusv1alpha1.OnTimeoutFail {
@@ -299,8 +299,10 @@ func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 		if _, err := patchStatus(ctx, r.Client, preq, before); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("updating PendingRequest %s status: %w", name, err)
 		}
-		if cancelled := toolnexusv1alpha1.RequestPhaseCancelled; preq.Status.Phase == cancelled && before.Status.Phase != cancelled {
-			r.traceSuspension(ctx, s.run, preq, telemetry.OutcomeCancelled, s.now)
+		// Cancelled unanswered (the run ended first): an answer that declined with reason cancelled
+		// had its span written when the state consumed it.
+		if cancelled := toolnexusv1alpha1.RequestPhaseCancelled; preq.Status.Phase == cancelled && before.Status.Phase != cancelled && preq.Status.Answer == nil {
+			r.traceSuspension(ctx, s.run, preq, tools.ReasonCancelled, s.now)
 		}
 	}
 	return nil

@@ -89,12 +89,6 @@ func startTracedMCP() (string, func() map[string][]string) {
 	}
 }
 
-// answerAs answers p as user would, through the status subresource.
-func answerAs(p *toolnexusv1alpha1.PendingRequest, user, answerJSON string) {
-	patch := `{"status":{"answer":` + answerJSON + `,"answeredBy":"` + user + `"}}`
-	Expect(k8sClient.Status().Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
-}
-
 var _ = Describe("AgentRun traces", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
@@ -123,7 +117,7 @@ var _ = Describe("AgentRun traces", func() {
 
 		By("after a restart the answer is consumed by another manager, in the same trace")
 		restartManager()
-		answerAs(&preq, "alice", `{"ok":true}`)
+		patchRequestStatus(&preq, `{"status":{"answer":{"ok":true},"answeredBy":"alice"}}`)
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
 		done := getRun(run)
 		Eventually(func() map[string][]tracetest.SpanStub { return spansOf(tid) }, eventually).Should(HaveKey("invoke_agent traced"))
@@ -203,7 +197,7 @@ var _ = Describe("AgentRun traces", func() {
 		Expect(seen()["initialize"]).To(ContainElement(traceparentOf(runSpan)), "connecting, the step carries the run span")
 	})
 
-	It("ends a suspension's span as expired, or as cancelled when the run is cancelled", func() {
+	It("ends a suspension's span as expired, or as cancelled when the run is cancelled or the answer says cancelled, once", func() {
 		ts := approvalServer()
 		expiring := newRun(ns, "expiring", looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}),
@@ -211,13 +205,19 @@ var _ = Describe("AgentRun traces", func() {
 		expiring.Spec.Suspension = &toolnexusv1alpha1.SuspensionPolicy{Timeout: &metav1.Duration{Duration: time.Second}, OnTimeout: toolnexusv1alpha1.OnTimeoutDecline}
 		cancelled := newRun(ns, "cancelled", looptest.New(GinkgoT(),
 			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"})).URL, ts, "approve")
+		declined := newRun(ns, "declined-cancelled", looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "approve", Arguments: "{}"}),
+			looptest.OpenAIText("told")).URL, ts, "approve")
 		Expect(k8sClient.Create(ctx, expiring)).To(Succeed())
 		Expect(k8sClient.Create(ctx, cancelled)).To(Succeed())
+		Expect(k8sClient.Create(ctx, declined)).To(Succeed())
 		waitSuspended(cancelled, 1)
+		answer(&waitSuspended(declined, 1)[0], `{"ok":false,"reason":"cancelled"}`)
 		Expect(k8sClient.Patch(ctx, getRun(cancelled), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`)))).To(Succeed())
 		for run, want := range map[*toolnexusv1alpha1.AgentRun][]string{
 			expiring:  {"expired", toolnexusv1alpha1.ExpiredAnswerer, toolnexusv1alpha1.ReasonCompleted},
 			cancelled: {"cancelled", "", toolnexusv1alpha1.ReasonCancelled},
+			declined:  {"cancelled", "", toolnexusv1alpha1.ReasonCompleted},
 		} {
 			tid := telemetry.TraceID(string(getRun(run).UID))
 			Eventually(func() map[string][]tracetest.SpanStub { return spansOf(tid) }, eventually).Should(HaveKey("invoke_agent " + run.Name))

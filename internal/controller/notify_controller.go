@@ -138,6 +138,7 @@ func (r *NotifyReconciler) start(ctx context.Context, preq *toolnexusv1alpha1.Pe
 	sink, msg := *d.sink.DeepCopy(), messageOf(preq, d.event)
 	log := ctrl.LoggerFrom(ctx).WithValues("sink", sink.Name, "event", d.event)
 	r.attempts.update(name, key, func(st *attemptState) { st.running = true })
+	woken := &toolnexusv1alpha1.PendingRequest{ObjectMeta: metav1.ObjectMeta{Name: name.Name, Namespace: name.Namespace}}
 	ok := r.Executor.Submit(executor.Job{Key: key.jobKey(), Share: preq.Namespace, Run: func(jobCtx context.Context) {
 		res, reason := r.attempt(jobCtx, preq.Namespace, sink, msg)
 		if jobCtx.Err() != nil {
@@ -147,8 +148,9 @@ func (r *NotifyReconciler) start(ctx context.Context, preq *toolnexusv1alpha1.Pe
 			return
 		}
 		r.finish(name, key, sink, res, reason, log)
-		r.attempts.wake <- event.GenericEvent{Object: &toolnexusv1alpha1.PendingRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: name.Name, Namespace: name.Namespace}}}
+	}, Done: func(ctx context.Context) {
+		// Once the key is free: the reconcile it wakes may submit the next attempt at once.
+		wakeUp(ctx, r.attempts.wake, woken)
 	}})
 	if !ok {
 		r.attempts.update(name, key, func(st *attemptState) { st.running = false })

@@ -15,9 +15,13 @@ import (
 // and the initial list lower): a run whose request was just answered goes first, since a person
 // waits on its effect, then a run whose step ended, so that runs in progress go on before new ones
 // are taken and a run's completion does not wait behind every run created after it.
+// A requeue (a backoff, an expiry, an error's retry) goes at requeuePriority, a watch event's:
+// controller-runtime would keep the priority of whatever woke the run, and a run answered once
+// would retry ahead of every other run for good.
 const (
 	answerPriority    = 2
 	stepEndedPriority = 1
+	requeuePriority   = 0
 )
 
 // stepEnded enqueues a run whose step has ended, at stepEndedPriority.

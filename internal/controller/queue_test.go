@@ -54,3 +54,16 @@ func TestRunQueuePriorities(t *testing.T) {
 		q.Done(got)
 	}
 }
+
+// A run requeues at a watch event's priority whatever woke it: an answered run that then waits
+// for its expiry, or fails and retries, does not go ahead of every other run for good.
+func TestReconcileRequeuesAtAWatchEventsPriority(t *testing.T) {
+	e := newDecisionEnv(t)
+	res, err := e.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "tenant", Name: "gone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Priority == nil || *res.Priority != requeuePriority {
+		t.Fatalf("the result's priority is %v, want %d", res.Priority, requeuePriority)
+	}
+}

@@ -81,16 +81,6 @@ type runRecord struct {
 // started reports whether the record was ever saved, i.e. the run has taken a step.
 func (rec *runRecord) started() bool { return rec.head != nil }
 
-// version identifies the saved state: a digest of the head's data ("" before the first save), so
-// that a change of the object's metadata alone (a backup tool's label) does not count as one.
-func (rec *runRecord) version() string {
-	if rec.head == nil {
-		return ""
-	}
-	sum := sha256.Sum256(rec.head.Data)
-	return hex.EncodeToString(sum[:])
-}
-
 // recordName is the name of the head (n = 0) or of segment n of a run's record.
 func recordName(run string, n int) string {
 	if n == 0 {
@@ -105,8 +95,9 @@ func recordName(run string, n int) string {
 	return short + suffix
 }
 
-// loadRecord reads the run's record: the head a finished step started from (o), which this
-// process just wrote or read, or else the API's (see headOf), never the informer's, which may lag
+// loadRecord reads the run's record: the one a finished step started from (o), as the reconcile
+// that submitted the step left it (no read: nothing can fail between taking the outcome and
+// applying it), or else the API's (see headOf), never the informer's, which may lag
 // behind the previous step's write: re-running a step because of a stale read would repeat a
 // model call. A missing head means the run has not started, unless its status says it has: then
 // the record was deleted, and the run fails closed rather than start over.
@@ -117,12 +108,15 @@ func recordName(run string, n int) string {
 // deleted run of the same name left it) then (see createHead). A reconcile that ends without
 // saving checks the record before it reports anything (see checkUnread).
 func (r *AgentRunReconciler) loadRecord(ctx context.Context, run *toolnexusv1alpha1.AgentRun, o *stepOutcome) (*runRecord, error) {
+	if o != nil {
+		return o.from, nil
+	}
 	fresh := &runRecord{State: loop.NewState(run.Spec.Prompt)}
-	if _, seen := r.steps.headVersion(runKey(run), run.UID); o == nil && !seen && !run.Status.Started() {
+	if _, seen := r.steps.headVersion(runKey(run), run.UID); !seen && !run.Status.Started() {
 		fresh.unread = true
 		return fresh, nil
 	}
-	head, opts, err := r.headOf(ctx, run, o)
+	head, opts, err := r.headOf(ctx, run)
 	if apierrors.IsNotFound(err) {
 		if run.Status.Started() {
 			return nil, mismatch("the run has started but its record AgentRunRecord %s is gone", recordName(run.Name, 0))
@@ -186,24 +180,19 @@ func (r *AgentRunReconciler) checkUnread(ctx context.Context, run *toolnexusv1al
 	return err
 }
 
-// headOf is the head of the run's record, as the step o started from it, or read from the API
-// when o is nil, with the options its segments are read with.
+// headOf reads the head of the run's record from the API, and returns the options its segments
+// are read with.
 //
 // When this process wrote or read the head before (a parked run woken by its answer), the read
 // asks for a version not older than that one: the API server answers from its watch cache, which
 // holds every write up to the moment it answers (a write of the last milliseconds aside: a
 // rewrite that lands then makes the save after the step conflict, and the step is taken again
-// from a quorum read). Without such a version (the run is new to this process), the read is a
-// quorum read from etcd.
-func (r *AgentRunReconciler) headOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun, o *stepOutcome) (*toolnexusv1alpha1.AgentRunRecord, *client.GetOptions, error) {
+// from a quorum read; a watch cache that lags waits up to a few seconds before the API server
+// gives up, and the read falls back to etcd). Without such a version (the run is new to this
+// process), the read is a quorum read from etcd.
+func (r *AgentRunReconciler) headOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (*toolnexusv1alpha1.AgentRunRecord, *client.GetOptions, error) {
 	name := recordName(run.Name, 0)
 	opts := &client.GetOptions{}
-	if o != nil {
-		if o.head == nil {
-			return nil, opts, apierrors.NewNotFound(recordsResource, name)
-		}
-		return o.head, opts, nil
-	}
 	key, objKey := runKey(run), client.ObjectKey{Namespace: run.Namespace, Name: name}
 	head := &toolnexusv1alpha1.AgentRunRecord{}
 	if rv, _ := r.steps.headVersion(key, run.UID); rv != "" {

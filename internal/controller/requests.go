@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/tools"
 )
@@ -122,14 +123,5 @@ func truncate(s string, n int) string {
 		return s
 	}
 	note := "… [truncated " + strconv.Itoa(len(s)) + " bytes]"
-	cut := n - len(note)
-	if cut < 0 {
-		cut = 0
-	}
-	for cut > 0 && !utf8RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + note
+	return clip.Bytes(s, n-len(note)) + note
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
@@ -27,13 +28,11 @@ import (
 // stepOutcome is what a finished step left for its run's next reconcile.
 type stepOutcome struct {
 	uid types.UID
-	// base is the version of the record the step started from: the outcome applies only to it.
-	base string
-	// head is the head of the record the step started from, as this process wrote or read it
-	// (nil when none was saved): the reconcile that takes the outcome reads the record from it
-	// instead of from the API. Another writer meanwhile makes the save conflict, and the step is
-	// taken again from a fresh read.
-	head  *toolnexusv1alpha1.AgentRunRecord
+	// from is the record the step started from, as the reconcile that submitted it left it (nothing
+	// touches it since): the reconcile that takes the outcome starts from it, with no read, and
+	// applies the outcome to it. Another writer meanwhile makes the save conflict (the head's
+	// resourceVersion), and the step is taken again from a fresh read.
+	from  *runRecord
 	state *loop.State
 	err   error
 	// toolsBuilt says whether the MCP servers were connected, and mcpFailures which failed.
@@ -204,10 +203,11 @@ func (s *steps) forget(key types.NamespacedName) {
 	s.mu.Unlock()
 }
 
-// notify wakes the run; it never blocks the step that calls it for longer than ctx lives.
-func (s *steps) notify(ctx context.Context, run *toolnexusv1alpha1.AgentRun) {
+// wakeUp sends obj's reconcile request into ch, a controller's channel source; it never blocks
+// the job that calls it for longer than ctx lives.
+func wakeUp(ctx context.Context, ch chan<- event.GenericEvent, obj client.Object) {
 	select {
-	case s.wake <- event.GenericEvent{Object: run}:
+	case ch <- event.GenericEvent{Object: obj}:
 	case <-ctx.Done():
 	}
 }
@@ -222,7 +222,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 	if err := json.Unmarshal(raw, st); err != nil {
 		return fmt.Errorf("copying the run's state: %w", err)
 	}
-	key, uid, base, head, events := runKey(s.run), s.run.UID, s.rec.version(), s.rec.head, s.events
+	key, uid, from, events := runKey(s.run), s.run.UID, s.rec, s.events
 	if s.dirty {
 		s.events = nil
 	} else {
@@ -232,7 +232,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 	wake.Name, wake.Namespace = s.run.Name, s.run.Namespace
 	r.Executor.Submit(executor.Job{Key: key.String(), Share: s.run.Namespace, Run: func(ctx context.Context) {
 		ctx = r.Tracing.Step(ctx, rt.trace)
-		o := &stepOutcome{uid: uid, base: base, head: head, state: st, events: events}
+		o := &stepOutcome{uid: uid, from: from, state: st, events: events}
 		var tk *tools.Toolkit
 		tk, o.mcpFailures, o.err = rt.toolkit(ctx)
 		if o.err == nil {
@@ -242,17 +242,13 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 		r.steps.put(key, o)
 	}, Done: func(ctx context.Context) {
 		// Once the key is free: the reconcile it wakes finds the step over and takes its outcome.
-		r.steps.notify(ctx, wake)
+		wakeUp(ctx, r.steps.wake, wake)
 	}})
 	return nil
 }
 
-// applyStep takes the outcome of the run's finished step into its state. It reports false when
-// the outcome is stale (the record moved on meanwhile) and was dropped.
-func (r *AgentRunReconciler) applyStep(s *scope, o *stepOutcome) bool {
-	if o.base != s.rec.version() {
-		return false
-	}
+// applyStep takes the outcome of the run's finished step into its state.
+func (r *AgentRunReconciler) applyStep(s *scope, o *stepOutcome) {
 	s.rec.State, s.dirty = o.state, true
 	s.progress.toolsBuilt, s.progress.mcpFailures = o.toolsBuilt, o.mcpFailures
 	s.events = append(o.events, s.events...)
@@ -267,7 +263,6 @@ func (r *AgentRunReconciler) applyStep(s *scope, o *stepOutcome) bool {
 	default:
 		r.modelFailed(s, o.err)
 	}
-	return true
 }
 
 // modelFailed records a failed model request: a transient failure backs off (the run is requeued,

@@ -16,7 +16,7 @@ import (
 // reconcile that records their end.
 
 // runTrace identifies the run's trace. A malformed traceparent annotation is ignored: the run
-// gets a trace of its own, and the log says why.
+// gets a trace of its own, and the log says why (at the default level until the run has started).
 func (r *AgentRunReconciler) runTrace(ctx context.Context, run *toolnexusv1alpha1.AgentRun) telemetry.Run {
 	tr := telemetry.Run{UID: string(run.UID), Namespace: run.Namespace, Name: run.Name}
 	if r.Tracing == nil {
@@ -28,7 +28,11 @@ func (r *AgentRunReconciler) runTrace(ctx context.Context, run *toolnexusv1alpha
 	if v, ok := run.Annotations[toolnexusv1alpha1.TraceparentAnnotation]; ok {
 		sc, err := telemetry.ParseTraceparent(v)
 		if err != nil {
-			ctrl.LoggerFrom(ctx).Info("Ignoring the run's traceparent annotation; the run is traced on its own",
+			log := ctrl.LoggerFrom(ctx)
+			if run.Status.Started() {
+				log = log.V(1) // said when the run started; every step and suspension reads it again
+			}
+			log.Info("Ignoring the run's traceparent annotation; the run is traced on its own",
 				"run", klog.KObj(run), "annotation", toolnexusv1alpha1.TraceparentAnnotation, "reason", err.Error())
 		}
 		tr.Caller = sc
@@ -50,8 +54,9 @@ func (r *AgentRunReconciler) traceSuspension(ctx context.Context, run *toolnexus
 	})
 }
 
-// traceEnd writes the run span; it is called once, with the run's end event.
-func (r *AgentRunReconciler) traceEnd(ctx context.Context, s *scope) {
+// traceEnd writes the run span; it is called once, with the run's end event, which says whether
+// the run failed.
+func (r *AgentRunReconciler) traceEnd(ctx context.Context, s *scope, failed bool) {
 	if r.Tracing == nil {
 		return
 	}
@@ -65,8 +70,6 @@ func (r *AgentRunReconciler) traceEnd(ctx context.Context, s *scope) {
 		e.End = st.CompletionTime.Time
 	}
 	c := conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
-	e.Reason, e.Message = c.Reason, c.Message
-	e.Failed = c.Reason != toolnexusv1alpha1.ReasonCompleted && c.Reason != toolnexusv1alpha1.ReasonMaxTurns &&
-		c.Reason != toolnexusv1alpha1.ReasonCancelled
+	e.Reason, e.Message, e.Failed = c.Reason, c.Message, failed
 	r.Tracing.Ended(r.runTrace(ctx, s.run), e)
 }

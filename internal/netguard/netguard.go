@@ -24,12 +24,9 @@ const DefaultMaxResponseBytes int64 = 16 << 20
 // MaxResponseHeaderBytes bounds the response headers of one request.
 const MaxResponseHeaderBytes = 1 << 20
 
-// Idle connections kept: in total, and to one host (the executor's default bounds of steps in
-// flight in total and per namespace).
-const (
-	MaxIdleConns        = 256
-	MaxIdleConnsPerHost = 64
-)
+// DefaultMaxIdleConns is how many idle connections a client keeps when Config names no number:
+// the executor's default bound of steps in flight.
+const DefaultMaxIdleConns = 256
 
 // Config says what the manager's HTTP client may reach and read.
 type Config struct {
@@ -39,6 +36,10 @@ type Config struct {
 	Allow []netip.Prefix
 	// MaxResponseBytes bounds every response body; zero or less means DefaultMaxResponseBytes.
 	MaxResponseBytes int64
+	// MaxIdleConns is how many idle connections are kept, in total and to one host (every
+	// namespace's runs may share one model endpoint): the steps that may be in flight at once.
+	// Zero or less means DefaultMaxIdleConns.
+	MaxIdleConns int
 }
 
 // Client returns an HTTP client whose connections are checked against c, whose redirects stay
@@ -59,7 +60,11 @@ func (c Config) Transport() http.RoundTripper {
 	// Many runs share a few endpoints (one model provider): keep a connection per request in
 	// flight to it rather than http.DefaultTransport's 2, so a wave of steps does not dial (and
 	// handshake TLS) anew every turn.
-	t.MaxIdleConns, t.MaxIdleConnsPerHost = MaxIdleConns, MaxIdleConnsPerHost
+	idle := c.MaxIdleConns
+	if idle <= 0 {
+		idle = DefaultMaxIdleConns
+	}
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = idle, idle
 	limit := c.MaxResponseBytes
 	if limit <= 0 {
 		limit = DefaultMaxResponseBytes

@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/toolnexus/operator/internal/clip"
 )
 
 // Slack bounds a section's text to 3000 characters; the prompt and the arguments are cut well
@@ -141,11 +142,7 @@ func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	i := n - len("…")
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
+	return clip.Bytes(s, n-len("…")) + "…"
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -14,8 +14,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/loop"
-	"github.com/toolnexus/operator/internal/tools/wire"
 )
 
 // Attribute keys of our own, beside the semantic conventions'.
@@ -34,13 +34,9 @@ const (
 	instrumentationName = "github.com/toolnexus/operator"
 )
 
-// Suspension outcomes; a refusal's are the suspension wire protocol's reasons.
-const (
-	OutcomeAnswered  = "answered"
-	OutcomeDeclined  = wire.ReasonDeclined
-	OutcomeExpired   = wire.ReasonExpired
-	OutcomeCancelled = wire.ReasonCancelled
-)
+// OutcomeAnswered is the outcome of a suspension answered ok; a refusal's outcome is its reason
+// (declined, expired, cancelled: the suspension wire protocol's).
+const OutcomeAnswered = "answered"
 
 // Tracing writes the spans of runs. A nil *Tracing writes none, so callers need not check.
 type Tracing struct {
@@ -100,7 +96,7 @@ func (t *Tracing) Loop(run Run) loop.Tracer {
 // Suspension is a PendingRequest from its creation to its end.
 type Suspension struct {
 	Kind, Tool, CallID, Request string
-	// Outcome is OutcomeAnswered, OutcomeDeclined, OutcomeExpired or OutcomeCancelled.
+	// Outcome is OutcomeAnswered or the reason of a refusal (tools.ReasonDeclined, ...).
 	Outcome, AnsweredBy string
 	Start, End          time.Time
 }
@@ -111,7 +107,7 @@ func (t *Tracing) Suspended(run Run, s Suspension) {
 		return
 	}
 	attrs := append(run.attributes(), AttrSuspensionKind.String(s.Kind), semconv.GenAIToolName(s.Tool),
-		semconv.GenAIToolCallID(s.CallID), AttrPendingRequest.String(s.Request), AttrSuspensionOut.String(s.Outcome))
+		semconv.GenAIToolCallID(short(s.CallID)), AttrPendingRequest.String(s.Request), AttrSuspensionOut.String(s.Outcome))
 	if s.AnsweredBy != "" {
 		attrs = append(attrs, AttrAnsweredBy.String(s.AnsweredBy))
 	}
@@ -160,6 +156,16 @@ func (t *Tracing) Ended(run Run, e RunEnd) {
 	span.End(trace.WithTimestamp(e.End))
 }
 
+// What a model or a tool names (a tool, a model, a finish reason, a call id, a suspension's kind)
+// goes into span names and attributes cut to maxName bytes, an error into a span's status cut to
+// maxStatusMessage: the SDK's attribute limit bounds neither a span's name nor its status.
+const (
+	maxName          = 256
+	maxStatusMessage = 1024
+)
+
+func short(s string) string { return clip.Bytes(s, maxName) }
+
 // runTracer is the loop.Tracer of one run.
 type runTracer struct {
 	*Tracing
@@ -180,13 +186,13 @@ func (t *runTracer) StartModel(ctx context.Context, s loop.ModelSpan) (context.C
 	if t.content {
 		attrs = append(attrs, semconv.GenAISystemInstructionsKey.String(s.System), semconv.GenAIInputMessagesKey.String(s.Input))
 	}
-	ctx, span := t.tracer.Start(ctx, "chat "+s.Model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx, span := t.tracer.Start(ctx, "chat "+short(s.Model), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	return ctx, func(e loop.ModelSpanEnd) {
 		if e.Err != nil {
 			span.SetAttributes(semconv.ErrorTypeKey.String(e.ErrorType))
-			span.SetStatus(codes.Error, e.Err.Error())
+			span.SetStatus(codes.Error, clip.Bytes(e.Err.Error(), maxStatusMessage))
 		} else {
-			span.SetAttributes(semconv.GenAIResponseModel(e.Model), semconv.GenAIResponseFinishReasons(e.FinishReason),
+			span.SetAttributes(semconv.GenAIResponseModel(short(e.Model)), semconv.GenAIResponseFinishReasons(short(e.FinishReason)),
 				semconv.GenAIUsageInputTokens(e.Usage.PromptTokens), semconv.GenAIUsageOutputTokens(e.Usage.CompletionTokens))
 			if t.content {
 				span.SetAttributes(semconv.GenAIOutputMessagesKey.String(e.Output))
@@ -198,22 +204,22 @@ func (t *runTracer) StartModel(ctx context.Context, s loop.ModelSpan) (context.C
 
 func (t *runTracer) StartTool(ctx context.Context, s loop.ToolSpan) (context.Context, func(loop.ToolSpanEnd)) {
 	attrs := append(t.attrs[:len(t.attrs):len(t.attrs)], semconv.GenAIOperationNameExecuteTool,
-		semconv.GenAIToolName(s.Name), semconv.GenAIToolCallID(s.CallID), AttrToolSource.String(string(s.Source)))
+		semconv.GenAIToolName(short(s.Name)), semconv.GenAIToolCallID(short(s.CallID)), AttrToolSource.String(string(s.Source)))
 	if t.content {
 		attrs = append(attrs, semconv.GenAIToolCallArgumentsKey.String(s.Arguments))
 	}
-	ctx, span := t.tracer.Start(ctx, "execute_tool "+s.Name, trace.WithAttributes(attrs...))
+	ctx, span := t.tracer.Start(ctx, "execute_tool "+short(s.Name), trace.WithAttributes(attrs...))
 	return ctx, func(e loop.ToolSpanEnd) {
 		span.SetAttributes(AttrToolOutcome.String(e.Outcome))
 		switch {
 		case e.Err != nil:
 			span.SetAttributes(semconv.ErrorTypeKey.String("hook_error"))
-			span.SetStatus(codes.Error, e.Err.Error())
+			span.SetStatus(codes.Error, clip.Bytes(e.Err.Error(), maxStatusMessage))
 		case e.Outcome == loop.ToolError:
 			span.SetAttributes(semconv.ErrorTypeKey.String("tool_error"))
 			span.SetStatus(codes.Error, "the tool returned an error result")
 		case e.Outcome == loop.ToolPending:
-			span.SetAttributes(AttrSuspensionKind.String(e.Kind))
+			span.SetAttributes(AttrSuspensionKind.String(short(e.Kind)))
 		}
 		if t.content {
 			span.SetAttributes(semconv.GenAIToolCallResultKey.String(e.Output))

@@ -282,3 +282,38 @@ func TestRunAndSuspensionSpans(t *testing.T) {
 		})
 	}
 }
+
+// A model names tools, models and finish reasons as it likes: spans carry them bounded, in their
+// names too, which the SDK's attribute limit does not cover.
+func TestWhatAModelNamesIsBounded(t *testing.T) {
+	tracing, exp := recorder(t, false)
+	long := strings.Repeat("x", 100_000)
+	model := looptest.New(t, looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_" + long, Name: long, Arguments: "{}"}))
+	c, err := loop.New(loop.Options{BaseURL: model.URL, Model: "m", Tracer: tracing.Loop(testRun)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, _ := tools.NewToolkit()
+	st := loop.NewState("go")
+	for range 2 {
+		if _, err := c.Step(t.Context(), st, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spans := exp.GetSpans()
+	var tool bool
+	for _, s := range spans {
+		if len(s.Name) > 300 || len(s.Status.Description) > 1024 {
+			t.Errorf("span name of %d bytes, status of %d bytes", len(s.Name), len(s.Status.Description))
+		}
+		for _, kv := range s.Attributes {
+			if v := kv.Value.String(); len(v) > 256 && kv.Key != "gen_ai.input.messages" {
+				t.Errorf("span %.40s: %s of %d bytes", s.Name, kv.Key, len(v))
+			}
+		}
+		tool = tool || strings.HasPrefix(s.Name, "execute_tool xxx")
+	}
+	if !tool {
+		t.Fatalf("no execute_tool span for the unknown tool among %d spans", len(spans))
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
+
+	"github.com/toolnexus/operator/internal/clip"
 )
 
 // GateSpec is one approval rule (README, "Built-ins and approval gates"): calls to matching tools for which When holds are
@@ -279,7 +281,7 @@ func renderPrompt(t *template.Template, data any, now func() time.Time) (string,
 	switch {
 	case errors.Is(err, errPromptFull):
 		note := fmt.Sprintf("… [prompt truncated at %d bytes]", promptOutputLimit)
-		return cutRunes(r.out.String(), promptOutputLimit-len(note)) + note, nil
+		return clip.Bytes(r.out.String(), promptOutputLimit-len(note)) + note, nil
 	case errors.Is(err, errPromptTimeout):
 		return "", fmt.Errorf("rendering took longer than %s", promptRenderTimeout)
 	case err != nil:
@@ -327,7 +329,7 @@ func (r *promptRender) funcs() template.FuncMap {
 			if err != nil {
 				return "", err
 			}
-			return cutRunes(f(small...), promptValueLimit), nil
+			return clip.Bytes(f(small...), promptValueLimit), nil
 		}
 	}
 	return template.FuncMap{
@@ -359,9 +361,9 @@ func (r *promptRender) small(args []any) ([]any, error) {
 		case v.Kind() <= reflect.Complex128: // nil, bool and numbers
 			out[i] = a
 		case v.Kind() == reflect.String:
-			out[i] = cutRunes(v.String(), promptValueLimit)
+			out[i] = clip.Bytes(v.String(), promptValueLimit)
 		default:
-			out[i] = cutRunes(fmt.Sprint(a), promptValueLimit)
+			out[i] = clip.Bytes(fmt.Sprint(a), promptValueLimit)
 		}
 	}
 	return out, nil
@@ -383,15 +385,4 @@ func checkPrintfFormat(format string) error {
 		}
 	}
 	return nil
-}
-
-// cutRunes shortens s to at most n bytes without splitting a rune.
-func cutRunes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -1,0 +1,19 @@
+// Package clip shortens text to a byte bound without splitting a UTF-8 sequence: what a model, a
+// tool or a tenant wrote goes into status, spans, prompts and messages only bounded.
+package clip
+
+import "unicode/utf8"
+
+// Bytes returns s cut to at most n bytes, on a rune boundary.
+func Bytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
