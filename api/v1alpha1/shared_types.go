@@ -46,6 +46,14 @@ type Answer struct {
 	// +kubebuilder:validation:MaxLength=256
 	ID string `json:"id,omitempty"`
 
+	// requestUID binds the answer to the object its answerer saw: when given, it must equal the
+	// PendingRequest's metadata.uid (the API server refuses it otherwise, so a request deleted and
+	// re-created under the same name is never answered by a command shown for the old one). The
+	// tool never sees it. Every command this project prints for a person carries it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	RequestUID string `json:"requestUID,omitempty"`
+
 	// ok is true to approve, to report a completed login, or to supply a result; false to decline.
 	// +required
 	OK bool `json:"ok"`
