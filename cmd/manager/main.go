@@ -15,12 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -114,10 +112,8 @@ func main() {
 		log.Error(err, "Unable to create the manager")
 		os.Exit(1)
 	}
-	runs := &controller.AgentRunReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
-		Metrics:                 controller.NewMetrics(metrics.Registry, mgr.GetClient()),
+	if err := controller.Setup(mgr, controller.Options{
+		HTTPClient: httpClient, Tracing: tracing,
 		MaxConcurrentReconciles: maxConcurrent,
 		MaxTranscriptBytes:      maxTranscriptMiB << 20,
 		MaxTranscriptRawBytes:   maxTranscriptRawMiB << 20,
@@ -125,24 +121,8 @@ func main() {
 		RequireSecretLabel:      requireSecretLabel,
 		MaxInflight:             maxInflight,
 		MaxInflightPerNamespace: maxInflightPerNS,
-		HTTPClient:              httpClient,
-		Tracing:                 tracing,
-	}
-	if err := runs.SetupWithManager(mgr); err != nil {
-		log.Error(err, "Unable to set up the AgentRun controller")
-		os.Exit(1)
-	}
-	// Notifications go through the runs' executor and network guard, within the same bounds.
-	if err := (&controller.NotifyReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
-		Clock: clock.RealClock{}, HTTPClient: httpClient,
-		Metrics: runs.Metrics, Executor: runs.Executor, RequireSecretLabel: requireSecretLabel,
-	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "Unable to set up the notification controller")
-		os.Exit(1)
-	}
-	if err := (&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "Unable to set up the Agent controller")
+	}); err != nil {
+		log.Error(err, "Unable to set up the controllers")
 		os.Exit(1)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
