@@ -32,6 +32,7 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/telemetry"
 )
 
@@ -40,6 +41,10 @@ const (
 	retryBase = loop.DefaultRetryBase
 	// nextStep is the requeue delay of a run whose wake-up time has already come.
 	nextStep = time.Millisecond
+	// secretRecheck is how often a run waiting for a Secret looks again by itself. The Secret's
+	// watch wakes it at once; this covers a Secret that appears before the cache shows the run
+	// waiting for it (the watch only wakes runs that wait).
+	secretRecheck = time.Minute
 )
 
 // Event reasons.
@@ -273,36 +278,51 @@ func (s *scope) emitEvents() {
 // along (then the step's outcome, which holds it, is saved).
 func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error) {
 	key := runKey(s.run)
-	if s.run.Spec.Cancel && !s.rec.State.Ended() {
-		r.Executor.Cancel(key.String()) // in-flight I/O of a cancelled run is aborted
-		r.steps.drop(key)
-		s.rec.State.End(toolnexusv1alpha1.ReasonCancelled, "The run was cancelled (spec.cancel)")
-		s.dirty = true
-	}
-	if s.rec.State.Ended() {
-		return ctrl.Result{}, nil
-	}
-	if s.busy {
+	if s.busy && !s.run.Spec.Cancel {
 		s.inflight = true // its end wakes the run
 		return ctrl.Result{}, nil
 	}
+	st := s.rec.State
+	// The end of the last step and a cancellation first: what the step left is saved before the
+	// requests of its suspensions are created.
+	var end *state.StepEnd
 	if o := s.outcome; o != nil {
-		r.applyStep(s, o)
-		if err := r.save(ctx, s); err != nil || s.rec.State.Ended() {
+		end = &state.StepEnd{State: o.state, Failure: failureOf(o.err)}
+		s.progress.toolsBuilt, s.progress.mcpFailures = o.toolsBuilt, o.mcpFailures
+		s.events = append(o.events, s.events...)
+	}
+	if end != nil || s.run.Spec.Cancel {
+		wake, err := r.settle(ctx, s, end, nil)
+		if err != nil || st.Ended() || s.busy {
 			return ctrl.Result{}, err
 		}
+		if end != nil {
+			if err := r.save(ctx, s); err != nil || st.Ended() {
+				return ctrl.Result{}, err
+			}
+		}
+		if !wake.IsZero() {
+			return requeueAt(wake, s.now), nil // a model failure backs off
+		}
 	}
-	st := s.rec.State
+	if st.Ended() {
+		return ctrl.Result{}, nil
+	}
 	// Announce first: a request created just before a crash may already carry an answer.
 	if err := r.announce(ctx, s); err != nil || st.Ended() {
 		return ctrl.Result{}, err
 	}
-	if err := r.consumeAnswers(ctx, s); err != nil || st.Ended() {
+	seen, err := r.seen(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	wake, err := r.settle(ctx, s, nil, seen)
+	if err != nil || st.Ended() {
 		return ctrl.Result{}, err
 	}
 	if next := st.Next(); next != loop.ActionModelTurn && next != loop.ActionToolCalls {
 		// Parked: answers and deletions wake the run, and so does the nearest expiry.
-		return requeueAt(nearestExpiry(s), s.now), nil
+		return requeueAt(wake, s.now), nil
 	}
 	if at := r.steps.notBefore(key, s.run.UID, s.now); !at.IsZero() {
 		return requeueAt(at, s.now), nil
@@ -314,7 +334,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	switch {
 	case errors.As(err, &missing):
 		s.progress.reason, s.progress.message = missing.reason, missing.Error()
-		return ctrl.Result{}, nil // the Secret watch wakes the run
+		return ctrl.Result{RequeueAfter: secretRecheck}, nil // the Secret watch wakes the run
 	case errors.As(err, &invalid):
 		st.End(toolnexusv1alpha1.ReasonInvalidSpec, invalid.Error())
 		s.dirty = true
@@ -543,36 +563,49 @@ func secretNames(obj client.Object) []string {
 	return names
 }
 
-// runsWaitingFor maps a Secret to the active runs of its namespace that reference it, themselves
-// or through their Agent.
+// runsWaitingFor maps a Secret to the runs of its namespace that wait for it (reason
+// SecretNotFound or SecretNotAllowed), referencing it themselves or through their Agent. Runs that
+// do not wait for it are left alone: they read it at call time, and a parked run woken by a
+// Secret's metadata change would decode its whole transcript for nothing.
 func (r *AgentRunReconciler) runsWaitingFor(ctx context.Context, secret client.Object) []reconcile.Request {
-	out := r.activeRuns(ctx, secret.GetNamespace(), secretNamesIndexField, secret.GetName())
+	waiting := func(run *toolnexusv1alpha1.AgentRun) bool {
+		// A run that has not started reads no record when woken; one that started and found a
+		// Secret missing says so in its status (and re-checks on its own, should the Secret appear
+		// before the cache shows that status: see secretRecheck).
+		reason := conditionOf(run, toolnexusv1alpha1.ConditionSucceeded).Reason
+		return !run.Status.Started() || reason == toolnexusv1alpha1.ReasonSecretNotFound || reason == toolnexusv1alpha1.ReasonSecretNotAllowed
+	}
+	out := r.runsWhere(ctx, secret.GetNamespace(), secretNamesIndexField, secret.GetName(), waiting)
 	var agents toolnexusv1alpha1.AgentList
 	if err := r.List(ctx, &agents, client.InNamespace(secret.GetNamespace()),
 		client.MatchingFields{secretNamesIndexField: secret.GetName()}); err != nil {
 		return out
 	}
 	for i := range agents.Items {
-		out = append(out, r.runsOfAgent(ctx, &agents.Items[i])...)
+		out = append(out, r.runsWhere(ctx, agents.Items[i].Namespace, agentRefIndexField, agents.Items[i].Name, waiting)...)
 	}
 	return out
 }
 
-// runsOfAgent maps an Agent to the active runs of it: one waiting for it starts.
+// runsOfAgent maps an Agent to the runs of it that wait for it to exist (reason AgentNotFound):
+// a run that has its snapshot never reads the Agent again.
 func (r *AgentRunReconciler) runsOfAgent(ctx context.Context, agent client.Object) []reconcile.Request {
-	return r.activeRuns(ctx, agent.GetNamespace(), agentRefIndexField, agent.GetName())
+	return r.runsWhere(ctx, agent.GetNamespace(), agentRefIndexField, agent.GetName(), func(run *toolnexusv1alpha1.AgentRun) bool {
+		return conditionOf(run, toolnexusv1alpha1.ConditionSucceeded).Reason == toolnexusv1alpha1.ReasonAgentNotFound
+	})
 }
 
-// activeRuns lists the unfinished runs of namespace whose index field has value.
-func (r *AgentRunReconciler) activeRuns(ctx context.Context, namespace, field, value string) []reconcile.Request {
+// runsWhere lists the unfinished runs of namespace whose index field has value and that want says
+// to wake.
+func (r *AgentRunReconciler) runsWhere(ctx context.Context, namespace, field, value string, want func(*toolnexusv1alpha1.AgentRun) bool) []reconcile.Request {
 	var runs toolnexusv1alpha1.AgentRunList
 	if err := r.List(ctx, &runs, client.InNamespace(namespace), client.MatchingFields{field: value}); err != nil {
 		return nil
 	}
 	var out []reconcile.Request
 	for i := range runs.Items {
-		if !finished(&runs.Items[i]) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs.Items[i])})
+		if run := &runs.Items[i]; !finished(run) && want(run) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
 		}
 	}
 	return out

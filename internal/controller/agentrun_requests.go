@@ -14,6 +14,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/tools"
 )
@@ -34,13 +35,69 @@ func (r *AgentRunReconciler) requestsOf(ctx context.Context, run *toolnexusv1alp
 	return out, nil
 }
 
-// consumeAnswers hands every answered, expired or deleted request of a suspended call to the loop.
-// An answer is read only from the request the record says this run created for the call (same
-// name, same UID), and only when that request shows the call the record holds, so what runs is
-// what the answerer saw; any other request ends the run (StateMismatch) and nothing runs.
-func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error {
-	st := s.rec.State
-	for _, call := range st.Suspended() {
+// settle asks the run's state what happened since it was saved (the end of its step, a
+// cancellation, its requests as seen now) and carries out what it decides: the expiries to write,
+// the step to abort, the backoff to keep, the events to report. An expiry written is settled at
+// once, as its request now shows it. It returns when the run must be looked at again.
+func (r *AgentRunReconciler) settle(ctx context.Context, s *scope, end *state.StepEnd, seen []state.Seen) (time.Time, error) {
+	out := state.Settle(s.rec.State, end, seen, s.now, r.policyOf(s))
+	if out.Changed {
+		s.dirty = true
+	}
+	key, expired := runKey(s.run), false
+	for _, e := range out.Effects {
+		switch e.Kind {
+		case state.EffectExpire:
+			ok, err := r.expire(ctx, s.requests[e.Name], s.now)
+			if err != nil {
+				return time.Time{}, err
+			}
+			// Not written: answered just before; the answer arrives with its event, and stands.
+			expired = expired || ok
+		case state.EffectCancelStep:
+			r.Executor.Cancel(key.String()) // in-flight I/O of a cancelled run is aborted
+			r.steps.drop(key)
+		case state.EffectRetry:
+			r.steps.backoff(key, s.run.UID, e.At)
+			s.progress.reason, s.progress.message = toolnexusv1alpha1.ReasonModelRetrying, e.Message
+			s.event(func() {
+				r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventModelRetrying, actionStep, "%s", truncate(e.Message, 1024))
+			})
+		default:
+			r.report(ctx, s, e)
+		}
+	}
+	if expired {
+		seen, err := r.seen(ctx, s)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return r.settle(ctx, s, nil, seen)
+	}
+	return out.WakeAt, nil
+}
+
+// policyOf is what the run's spec says Settle must do about its requests and its model.
+func (r *AgentRunReconciler) policyOf(s *scope) state.Policy {
+	p := state.Policy{Cancel: s.run.Spec.Cancel, RetryBase: retryBase}
+	if s.spec != nil {
+		if sp := s.spec.Suspension; sp != nil {
+			p.OnTimeoutFail = sp.OnTimeout == toolnexusv1alpha1.OnTimeoutFail
+		}
+		if n := s.spec.Model.Retries; n != nil { // defaulted by the CRD
+			p.Retries = int(*n)
+		}
+	}
+	return p
+}
+
+// seen reads the request of every suspended call of the saved state, as Settle needs it: from the
+// cache, or, when the cache has not seen it, around it (absent there too: it was deleted). Only
+// the requests the run created are kept for the projection; another object under a request's name
+// is handed to Settle as it is, and ends the run closed.
+func (r *AgentRunReconciler) seen(ctx context.Context, s *scope) ([]state.Seen, error) {
+	var out []state.Seen
+	for _, call := range s.rec.State.Suspended() {
 		if call.Announced == nil {
 			continue
 		}
@@ -49,129 +106,90 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error
 		if preq == nil {
 			live, err := r.liveRequest(ctx, s.run.Namespace, name)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if live != nil && string(live.UID) == call.Announced.UID {
-				continue // the cache has not seen it yet
+			if live == nil {
+				out = append(out, state.Seen{Name: name, Gone: true})
+				continue
 			}
-			if live != nil {
-				r.fail(s, mismatch("PendingRequest %s is not the request this run created for call %s (it was replaced)", name, call.ID))
-				return nil
+			if string(live.UID) == call.Announced.UID && metav1.IsControlledBy(live, s.run) {
+				s.requests[name] = live // the cache has not seen it yet
 			}
-			s.event(func() {
-				r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRequestDeleted, actionAnswer,
-					"PendingRequest %s was deleted before it was answered; the model is told the call was declined", name)
-			})
-			r.hand(s, call, tools.AnswerDeclined(call.Request.ID, "the PendingRequest was deleted"))
-			continue
+			preq = live
 		}
-		if err := verifyRequest(call, preq); err != nil {
-			r.fail(s, err)
-			return nil
-		}
-		if preq.Status.Answer != nil {
-			r.consume(ctx, s, call, preq)
-			continue
-		}
-		if exp := expiresAt(preq); exp.IsZero() || s.now.Before(exp) {
-			continue
-		}
-		expired, err := r.expire(ctx, preq, s.now)
-		if err != nil {
-			return err
-		}
-		if !expired {
-			continue // answered just before: the answer arrives with its event, and stands
-		}
-		s.event(func() {
-			r.Recorder.Eventf(s.run, preq, corev1.EventTypeWarning, EventRequestExpired, actionAnswer, "PendingRequest %s expired unanswered", name)
-			r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, tools.ReasonExpired).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
-			r.traceSuspension(ctx, s.run, preq, tools.ReasonExpired, s.now)
-		})
-		r.hand(s, call, tools.AnswerDeclined(call.Request.ID, tools.ReasonExpired))
-		if p := s.spec.Suspension; p != nil && p.OnTimeout == toolnexusv1alpha1.OnTimeoutFail {
-			st.End(toolnexusv1alpha1.ReasonRequestExpired,
-				fmt.Sprintf("PendingRequest %s expired unanswered and spec.suspension.onTimeout is Fail", name))
-		}
+		out = append(out, seenOf(preq))
 	}
-	return nil
+	return out, nil
 }
 
-// consume records the answer of a verified request.
-func (r *AgentRunReconciler) consume(ctx context.Context, s *scope, call loop.Call, preq *toolnexusv1alpha1.PendingRequest) {
-	a, err := answerOf(preq.Status.Answer)
-	if err == nil {
-		err = s.rec.State.Answer(call.ID, a)
-	}
-	if err != nil {
-		// Admission should have refused this answer; it is immutable now, so the call must not wait
-		// forever: the model is told the answer was unusable.
-		s.event(func() {
-			r.Recorder.Eventf(preq, s.run, corev1.EventTypeWarning, EventInvalidAnswer, actionAnswer, "The answer cannot be used: %v", err)
-		})
-		r.hand(s, call, tools.AnswerDeclined(call.Request.ID, "invalid answer: "+err.Error()))
-		return
-	}
-	s.dirty = true
-	s.event(func() {
-		r.Metrics.suspensionWait.WithLabelValues(call.Request.Kind, outcomeOf(a)).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
-		outcome := outcomeOf(a) // declined, expired or cancelled, as the metric says
-		if a.OK {
-			outcome = telemetry.OutcomeAnswered
-		}
-		r.traceSuspension(ctx, s.run, preq, outcome, s.now)
-		r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventRequestAnswered, actionAnswer,
-			"PendingRequest %s answered by %s (ok: %t)", preq.Name, answererOf(preq), a.OK)
-	})
-}
-
-// verifyRequest checks that preq is the request this run created for call, showing the call the
-// record holds: same object (UID), same call, same request, and exactly the arguments the retry
-// will run with.
-func verifyRequest(call loop.Call, preq *toolnexusv1alpha1.PendingRequest) error {
+// seenOf is a PendingRequest as Settle reads it.
+func seenOf(preq *toolnexusv1alpha1.PendingRequest) state.Seen {
 	tc, rq := preq.Spec.ToolCall, preq.Spec.Request
-	switch {
-	case string(preq.UID) != call.Announced.UID:
-		return mismatch("PendingRequest %s is not the request this run created for call %s (it was replaced)", preq.Name, call.ID)
-	case tc.ID != call.ID || tc.Name != call.Name:
-		return mismatch("PendingRequest %s shows call %s of %s, the run's record holds call %s of %s", preq.Name, tc.ID, tc.Name, call.ID, call.Name)
-	case rq.ID != call.Request.ID || rq.Kind != call.Request.Kind:
-		return mismatch("PendingRequest %s shows request %s (%s), the run's record holds request %s (%s)", preq.Name, rq.ID, rq.Kind, call.Request.ID, call.Request.Kind)
-	case tc.Arguments != call.Args:
-		return mismatch("PendingRequest %s shows other arguments for call %s than the run's record holds; the call does not run", preq.Name, call.ID)
+	s := state.Seen{Name: preq.Name, UID: string(preq.UID), CallID: tc.ID, CallName: tc.Name, Args: tc.Arguments,
+		RequestID: rq.ID, Kind: rq.Kind, AnsweredBy: preq.Status.AnsweredBy}
+	a := preq.Status.Answer
+	if a == nil {
+		return s
 	}
-	return nil
+	if ans, err := answerOf(a); err != nil {
+		s.AnswerError = err.Error()
+	} else {
+		s.Answer = &ans
+	}
+	s.ByExpiry = !a.OK && a.Reason == tools.ReasonExpired && preq.Status.AnsweredBy == toolnexusv1alpha1.ExpiredAnswerer
+	if at := preq.Status.AnsweredAt; at != nil {
+		s.AnsweredAt = at.Time
+	}
+	return s
 }
 
-// fail ends the run closed: nothing runs, its requests are cancelled, status says why.
-func (r *AgentRunReconciler) fail(s *scope, err error) {
-	reason := toolnexusv1alpha1.ReasonStateMismatch
-	if bad, ok := err.(*corruptError); ok {
-		reason = bad.reason
-	}
-	s.rec.State.End(reason, truncate(err.Error(), 1024))
-	s.dirty = true
-}
-
-// nearestExpiry is when the first of the run's open requests expires; zero when none does.
-func nearestExpiry(s *scope) time.Time {
-	var wake time.Time
-	for _, call := range s.rec.State.Suspended() {
-		if call.Announced == nil || s.requests[call.Announced.Name] == nil {
-			continue
-		}
-		if exp := expiresAt(s.requests[call.Announced.Name]); !exp.IsZero() && (wake.IsZero() || exp.Before(wake)) {
-			wake = exp
+// report records what Settle decided about a request (events, metrics, the suspension's span),
+// once the writes it depends on are made.
+func (r *AgentRunReconciler) report(ctx context.Context, s *scope, e state.Effect) {
+	preq := s.requests[e.Name]
+	wait := func(kind, outcome string) {
+		if preq != nil {
+			r.Metrics.suspensionWait.WithLabelValues(kind, outcome).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
 		}
 	}
-	return wake
-}
-
-// hand records a refusal the controller decided on (expiry, deletion, an unusable answer).
-func (r *AgentRunReconciler) hand(s *scope, call loop.Call, a tools.Answer) {
-	if err := s.rec.State.Answer(call.ID, a); err == nil {
-		s.dirty = true
+	kind := ""
+	for _, c := range s.rec.State.Calls {
+		if c.ID == e.CallID && c.Request != nil {
+			kind = c.Request.Kind
+		}
 	}
+	s.event(func() {
+		switch e.Kind {
+		case state.EffectConsumed:
+			outcome := outcomeOf(*e.Answer) // declined, expired or cancelled, as the metric says
+			wait(kind, outcome)
+			if e.Answer.OK {
+				outcome = telemetry.OutcomeAnswered
+			}
+			if preq != nil {
+				r.traceSuspension(ctx, s.run, preq, outcome, s.now)
+				r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventRequestAnswered, actionAnswer,
+					"PendingRequest %s answered by %s (ok: %t)", preq.Name, answererOf(preq), e.Answer.OK)
+			}
+		case state.EffectExpired:
+			wait(kind, tools.ReasonExpired)
+			r.Recorder.Eventf(s.run, preq, corev1.EventTypeWarning, EventRequestExpired, actionAnswer, "PendingRequest %s expired unanswered", e.Name)
+			if preq != nil {
+				r.traceSuspension(ctx, s.run, preq, tools.ReasonExpired, s.now)
+			}
+		case state.EffectLateAnswer:
+			wait(kind, tools.ReasonExpired)
+			r.Recorder.Eventf(s.run, preq, corev1.EventTypeWarning, EventRequestExpired, actionAnswer,
+				"PendingRequest %s was answered after it expired; the call does not run with that answer", e.Name)
+		case state.EffectDeleted:
+			r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRequestDeleted, actionAnswer,
+				"PendingRequest %s was deleted before it was answered; the model is told the call was declined", e.Name)
+		case state.EffectInvalidAnswer:
+			if preq != nil {
+				r.Recorder.Eventf(preq, s.run, corev1.EventTypeWarning, EventInvalidAnswer, actionAnswer, "The answer cannot be used: %s", e.Message)
+			}
+		}
+	})
 }
 
 // liveRequest reads a request around the cache; nil when it does not exist.
@@ -190,6 +208,9 @@ func (r *AgentRunReconciler) liveRequest(ctx context.Context, namespace, name st
 // expire answers a request {ok: false, reason: expired} as system:expired. It reports false when
 // someone answered first (the API server refuses to change an answer): their answer stands.
 func (r *AgentRunReconciler) expire(ctx context.Context, preq *toolnexusv1alpha1.PendingRequest, now time.Time) (bool, error) {
+	if preq == nil {
+		return false, nil // not the run's own request: Settle ended the run instead
+	}
 	expired := preq.DeepCopy()
 	expired.Status.Answer = &toolnexusv1alpha1.Answer{OK: false, Reason: tools.ReasonExpired}
 	expired.Status.AnsweredBy = toolnexusv1alpha1.ExpiredAnswerer
@@ -229,7 +250,9 @@ func (r *AgentRunReconciler) announce(ctx context.Context, s *scope) error {
 			// Created before a crash, possibly answered since: read it as it is now.
 			if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(preq), preq); err == nil {
 				if !metav1.IsControlledBy(preq, s.run) || !equality.Semantic.DeepEqual(preq.Spec, want) {
-					r.fail(s, mismatch("PendingRequest %s exists but is not the request this run would create for call %s; delete it or rename the run", preq.Name, call.ID))
+					st.End(toolnexusv1alpha1.ReasonStateMismatch, fmt.Sprintf(
+						"PendingRequest %s exists but is not the request this run would create for call %s; delete it or rename the run", preq.Name, call.ID))
+					s.dirty = true
 					return nil
 				}
 			}

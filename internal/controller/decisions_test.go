@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -25,13 +24,15 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/testenv"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
-// The decisions a reconcile takes about a run's PendingRequests (verifyRequest, announce,
-// consumeAnswers, syncRequests), each on a scope built by hand over controller-runtime's fake
-// client: no control plane, and every case names what the decision must do.
+// What a reconcile does about a run's PendingRequests around the decisions of state.Settle
+// (announce, reading the requests and carrying out Settle's effects, syncRequests), each on a scope
+// built by hand over controller-runtime's fake client: no control plane, and every case names what
+// the reconcile must do. The decisions themselves are table-tested in internal/loop/state.
 
 var decisionNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -256,55 +257,6 @@ func checkEnded(t *testing.T, st *loop.State, reason, name string) {
 	}
 }
 
-func TestVerifyRequest(t *testing.T) {
-	run, call := decisionRun(""), announcedCall("call_1")
-	cases := []struct {
-		name string
-		edit func(*toolnexusv1alpha1.PendingRequest)
-		want string // in the mismatch's message; "" when the request passes
-	}{
-		{name: "the request the record names"},
-		{name: "another object of the same name", edit: withUID("uid-forged"), want: "it was replaced"},
-		{name: "another call id", edit: func(p *toolnexusv1alpha1.PendingRequest) { p.Spec.ToolCall.ID = "call_2" },
-			want: "shows call call_2 of deploy"},
-		{name: "another tool", edit: func(p *toolnexusv1alpha1.PendingRequest) { p.Spec.ToolCall.Name = "destroy" },
-			want: "shows call call_1 of destroy"},
-		{name: "another request id", edit: func(p *toolnexusv1alpha1.PendingRequest) { p.Spec.Request.ID = "req-other" },
-			want: "shows request req-other (input)"},
-		{name: "another kind", edit: func(p *toolnexusv1alpha1.PendingRequest) { p.Spec.Request.Kind = tools.KindApproval },
-			want: "shows request req-call_1 (approval)"},
-		{name: "other arguments", edit: func(p *toolnexusv1alpha1.PendingRequest) { p.Spec.ToolCall.Arguments = `{"env":"dev"}` },
-			want: "shows other arguments"},
-		{name: "the model's arguments, not the ones the call runs with",
-			edit: func(p *toolnexusv1alpha1.PendingRequest) { p.Spec.ToolCall.Arguments = call.Arguments }, want: "shows other arguments"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			preq := requestFor(t, run, call)
-			if tc.edit != nil {
-				tc.edit(preq)
-			}
-			err := verifyRequest(call, preq)
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("verifyRequest() = %v, want nil", err)
-				}
-				return
-			}
-			var bad *corruptError
-			if !errors.As(err, &bad) {
-				t.Fatalf("verifyRequest() = %v, want a corruptError", err)
-			}
-			if bad.reason != toolnexusv1alpha1.ReasonStateMismatch {
-				t.Errorf("reason %s, want %s", bad.reason, toolnexusv1alpha1.ReasonStateMismatch)
-			}
-			if msg := bad.Error(); !strings.Contains(msg, "PendingRequest "+preq.Name) || !strings.Contains(msg, tc.want) {
-				t.Errorf("message %q does not name PendingRequest %s and say %q", msg, preq.Name, tc.want)
-			}
-		})
-	}
-}
-
 func TestAnnounce(t *testing.T) {
 	ctx := context.Background()
 	run := decisionRun("")
@@ -503,7 +455,7 @@ func TestConsumeAnswers(t *testing.T) {
 			e := newDecisionEnv(t, objs...)
 			st := stateOf(tc.calls...)
 			s := decisionScope(run, st, e.cached(t, cached...))
-			if err := e.r.consumeAnswers(ctx, s); err != nil {
+			if err := consumeAnswers(ctx, e.r, s); err != nil {
 				t.Fatalf("consumeAnswers: %v", err)
 			}
 
@@ -531,6 +483,17 @@ func TestConsumeAnswers(t *testing.T) {
 	}
 }
 
+// consumeAnswers is what a reconcile does with a parked run's requests: read them as Settle needs
+// them, settle, and carry out what it decides.
+func consumeAnswers(ctx context.Context, r *AgentRunReconciler, s *scope) error {
+	seen, err := r.seen(ctx, s)
+	if err != nil {
+		return err
+	}
+	_, err = r.settle(ctx, s, nil, seen)
+	return err
+}
+
 // An answer that reached the API server after the cache's copy was listed, but before the
 // controller's expiry write, is kept (the server refuses to change an answer: Invalid), so the
 // call must not be declined as expired: the answer the request shows is the one the run uses.
@@ -541,7 +504,7 @@ func TestConsumeAnswersKeepsALateAnswerOverExpiry(t *testing.T) {
 	stale := map[string]*toolnexusv1alpha1.PendingRequest{call.Announced.Name: requestFor(t, run, call)}
 	st := stateOf(call)
 	s := decisionScope(run, st, stale)
-	if err := e.r.consumeAnswers(context.Background(), s); err != nil {
+	if err := consumeAnswers(context.Background(), e.r, s); err != nil {
 		t.Fatalf("consumeAnswers: %v", err)
 	}
 	checkEnded(t, st, "", call.Announced.Name)
@@ -686,4 +649,18 @@ func requestConditions(t *testing.T, p *toolnexusv1alpha1.PendingRequest, genera
 		}
 	}
 	return out
+}
+
+// TestSettleReasonsAreConditionReasons: the ends Settle decides are reported as the Succeeded
+// condition's reason, so their names are the API's.
+func TestSettleReasonsAreConditionReasons(t *testing.T) {
+	for got, want := range map[string]string{
+		state.ReasonCancelled: toolnexusv1alpha1.ReasonCancelled, state.ReasonRequestExpired: toolnexusv1alpha1.ReasonRequestExpired,
+		state.ReasonStateMismatch: toolnexusv1alpha1.ReasonStateMismatch, state.ReasonModelError: toolnexusv1alpha1.ReasonModelError,
+		state.ReasonInvalidSpec: toolnexusv1alpha1.ReasonInvalidSpec,
+	} {
+		if got != want {
+			t.Errorf("state reason %q, API reason %q", got, want)
+		}
+	}
 }

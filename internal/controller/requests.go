@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,15 +105,6 @@ func answerOf(a *toolnexusv1alpha1.Answer) (tools.Answer, error) {
 		}
 	}
 	return out, nil
-}
-
-// expiresAt parses spec.request.expiresAt; the zero time means the request never expires.
-func expiresAt(preq *toolnexusv1alpha1.PendingRequest) time.Time {
-	t, err := time.Parse(time.RFC3339, preq.Spec.Request.ExpiresAt)
-	if err != nil {
-		return time.Time{}
-	}
-	return t
 }
 
 // truncate shortens s to at most n bytes, on a rune boundary, marking the cut.

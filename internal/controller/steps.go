@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -16,6 +15,7 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -247,43 +247,17 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 	return nil
 }
 
-// applyStep takes the outcome of the run's finished step into its state.
-func (r *AgentRunReconciler) applyStep(s *scope, o *stepOutcome) {
-	s.rec.State, s.dirty = o.state, true
-	s.progress.toolsBuilt, s.progress.mcpFailures = o.toolsBuilt, o.mcpFailures
-	s.events = append(o.events, s.events...)
+// failureOf classifies the error a step ended with for Settle (nil: it finished).
+func failureOf(err error) *state.Failure {
 	var invalid *specError
-	switch {
-	case o.err == nil:
-	case errors.Is(o.err, context.Canceled):
-		// Stopped by a cancellation or a lost leadership: what it finished is kept, the rest is
-		// taken again.
-	case errors.As(o.err, &invalid):
-		s.rec.State.End(toolnexusv1alpha1.ReasonInvalidSpec, truncate(invalid.Error(), 2048))
-	default:
-		r.modelFailed(s, o.err)
+	if errors.As(err, &invalid) {
+		return &state.Failure{InvalidSpec: true, Message: truncate(invalid.Error(), 2048)}
 	}
-}
-
-// modelFailed records a failed model request: a transient failure backs off (the run is requeued,
-// no worker waits), others end the run with the provider's redacted message.
-func (r *AgentRunReconciler) modelFailed(s *scope, err error) {
-	retries := 0
-	if s.spec.Model.Retries != nil { // defaulted by the CRD
-		retries = int(*s.spec.Model.Retries)
+	f := loop.Classify(err)
+	if f != nil {
+		f.Message = truncate(f.Message, 2048)
 	}
-	st := s.rec.State
-	delay, retry, msg := loop.ModelFailed(st, err, retries, retryBase)
-	if !retry {
-		st.End(toolnexusv1alpha1.ReasonModelError, truncate(msg, 2048))
-		return
-	}
-	r.steps.backoff(runKey(s.run), s.run.UID, s.now.Add(delay))
-	s.progress.reason = toolnexusv1alpha1.ReasonModelRetrying
-	s.progress.message = fmt.Sprintf("Model request failed (attempt %d of %d), retrying in %s: %v", st.ModelFailures, retries+1, delay, err)
-	s.event(func() {
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventModelRetrying, actionStep, "%s", truncate(s.progress.message, 1024))
-	})
+	return f
 }
 
 // runKey names a run in the executor and in steps.

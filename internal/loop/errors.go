@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/toolnexus/operator/internal/backoff"
 	"github.com/toolnexus/operator/internal/netguard"
 )
 
@@ -68,28 +69,6 @@ func Retryable(err error) (retry bool, after time.Duration) {
 	return errors.As(err, &netErr), 0
 }
 
-// maxRetryAfter is the largest Retry-After toolnexus honours (a signed 32-bit count of seconds).
-const maxRetryAfter = 2147483647
-
-// ParseRetryAfter reads a Retry-After header: it honours only ASCII-digit whole seconds; an HTTP
-// date or anything else is ignored.
-func ParseRetryAfter(v string) time.Duration {
-	if v == "" || len(v) > 10 {
-		return 0
-	}
-	var n int64
-	for _, c := range []byte(v) {
-		if c < '0' || c > '9' {
-			return 0
-		}
-		n = n*10 + int64(c-'0')
-	}
-	if n > maxRetryAfter {
-		return 0
-	}
-	return time.Duration(n) * time.Second
-}
-
 const bodyExcerptLimit = 200
 
 // sensitiveValue matches an account identifier and its value, JSON (`"org_id": "x"`) or
@@ -130,6 +109,6 @@ func newProviderError(resp *http.Response, body []byte) *ProviderError {
 	return &ProviderError{
 		Status:     resp.StatusCode,
 		Body:       redactBody(resp.StatusCode, body),
-		RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After")),
+		RetryAfter: backoff.ParseRetryAfter(resp.Header.Get("Retry-After")),
 	}
 }

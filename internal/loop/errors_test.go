@@ -43,19 +43,6 @@ func TestRedactBody(t *testing.T) {
 	}
 }
 
-func TestParseRetryAfter(t *testing.T) {
-	cases := map[string]time.Duration{
-		"": 0, "0": 0, "7": 7 * time.Second, "2147483647": 2147483647 * time.Second,
-		"2147483648": 0, "99999999999": 0, "1.5": 0, " 7": 0, "+7": 0, "-1": 0, "٣": 0,
-		"Wed, 21 Oct 2015 07:28:00 GMT": 0,
-	}
-	for in, want := range cases {
-		if got := ParseRetryAfter(in); got != want {
-			t.Errorf("ParseRetryAfter(%q) = %v, want %v", in, got, want)
-		}
-	}
-}
-
 func TestRetryable(t *testing.T) {
 	cases := []struct {
 		name  string

@@ -11,51 +11,32 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
-func TestBackoff(t *testing.T) {
-	const base = 500 * time.Millisecond
-	cases := []struct {
-		name       string
-		base       time.Duration
-		n          int
-		retryAfter time.Duration
-		want       time.Duration
-	}{
-		{"first retry waits base", base, 1, 0, base},
-		{"second doubles", base, 2, 0, time.Second},
-		{"third doubles again", base, 3, 0, 2 * time.Second},
-		{"ninth", base, 9, 0, 128 * time.Second},
-		{"tenth still under the cap", base, 10, 0, 256 * time.Second},
-		{"eleventh is capped", base, 11, 0, 5 * time.Minute},
-		{"far past the cap never overflows", base, 10_000, 0, 5 * time.Minute},
-		{"a base above the cap is capped", 10 * time.Minute, 1, 0, 5 * time.Minute},
-		{"other base", time.Second, 4, 0, 8 * time.Second},
-		{"retry-after wins over the first delay", base, 1, 7 * time.Second, 7 * time.Second},
-		{"retry-after wins over a longer backoff", base, 8, time.Second, time.Second},
-	}
-	for _, tc := range cases {
-		if got := Backoff(tc.base, tc.n, tc.retryAfter); got != tc.want {
-			t.Errorf("%s: Backoff(%s, %d, %s) = %s, want %s", tc.name, tc.base, tc.n, tc.retryAfter, got, tc.want)
-		}
-	}
-}
-
-// modelFailure is what ModelFailed returned, and the failure count it left.
+// modelFailure is what state.Settle made of a failed step's Classify: the retry it scheduled
+// (zero when none), the end it decided, and the failure count it left.
 type modelFailure struct {
 	Delay    time.Duration
-	Retry    bool
-	Message  string
+	Ended    string
 	Failures int
 }
 
 func modelFailed(st *State, err error, retries int, base time.Duration) modelFailure {
-	delay, retry, msg := ModelFailed(st, err, retries, base)
-	return modelFailure{Delay: delay, Retry: retry, Message: msg, Failures: st.ModelFailures}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := state.Settle(st, &state.StepEnd{State: st, Failure: Classify(err)}, nil, now, state.Policy{Retries: retries, RetryBase: base})
+	out := modelFailure{Failures: st.ModelFailures}
+	if !s.WakeAt.IsZero() {
+		out.Delay = s.WakeAt.Sub(now)
+	}
+	if st.Outcome != nil {
+		out.Ended = st.Outcome.Reason + ": " + st.Outcome.Message
+	}
+	return out
 }
 
-func TestModelFailed(t *testing.T) {
+func TestClassifiedModelFailures(t *testing.T) {
 	const base = 500 * time.Millisecond
 	unavailable := &ProviderError{Status: http.StatusServiceUnavailable, Body: "busy"}
 	cases := []struct {
@@ -66,37 +47,37 @@ func TestModelFailed(t *testing.T) {
 		want    modelFailure
 	}{
 		{"first transient failure waits base", 0, unavailable, 2,
-			modelFailure{Delay: base, Retry: true, Failures: 1}},
+			modelFailure{Delay: base, Failures: 1}},
 		{"second doubles", 1, unavailable, 2,
-			modelFailure{Delay: time.Second, Retry: true, Failures: 2}},
+			modelFailure{Delay: time.Second, Failures: 2}},
 		{"retry-after wins", 1, &ProviderError{Status: http.StatusTooManyRequests, RetryAfter: 7 * time.Second}, 2,
-			modelFailure{Delay: 7 * time.Second, Retry: true, Failures: 2}},
+			modelFailure{Delay: 7 * time.Second, Failures: 2}},
 		{"invalid response is transient", 0, fmt.Errorf("decoding: %w", ErrInvalidResponse), 2,
-			modelFailure{Delay: base, Retry: true, Failures: 1}},
+			modelFailure{Delay: base, Failures: 1}},
 		{"unreachable is transient", 0, &networkError{errors.New("connection refused")}, 2,
-			modelFailure{Delay: base, Retry: true, Failures: 1}},
+			modelFailure{Delay: base, Failures: 1}},
 		{"deep in retries the delay is capped", 19, unavailable, 50,
-			modelFailure{Delay: 5 * time.Minute, Retry: true, Failures: 20}},
+			modelFailure{Delay: 5 * time.Minute, Failures: 20}},
 		{"past retries ends", 2, unavailable, 2,
-			modelFailure{Message: "model request failed 3 times in a row: model endpoint returned HTTP 503: busy", Failures: 2}},
+			modelFailure{Ended: "ModelError: model request failed 3 times in a row: model endpoint returned HTTP 503: busy", Failures: 2}},
 		{"no retries ends at once", 0, unavailable, 0,
-			modelFailure{Message: "model request failed 1 times in a row: model endpoint returned HTTP 503: busy"}},
+			modelFailure{Ended: "ModelError: model request failed 1 times in a row: model endpoint returned HTTP 503: busy"}},
 		{"not transient ends with the error", 1, &ProviderError{Status: http.StatusBadRequest, Body: "bad model"}, 2,
-			modelFailure{Message: "model endpoint returned HTTP 400: bad model", Failures: 1}},
-		{"cancellation is not transient", 0, context.Canceled, 2,
-			modelFailure{Message: "context canceled"}},
+			modelFailure{Ended: "ModelError: model endpoint returned HTTP 400: bad model", Failures: 1}},
+		{"a cancellation keeps what the step finished", 1, context.Canceled, 2,
+			modelFailure{Failures: 1}},
 	}
 	for _, tc := range cases {
 		st := NewState("go")
 		st.ModelFailures = tc.before
 		if diff := cmp.Diff(tc.want, modelFailed(st, tc.err, tc.retries, base)); diff != "" {
-			t.Errorf("%s: ModelFailed (-want +got):\n%s", tc.name, diff)
+			t.Errorf("%s: a failed step (-want +got):\n%s", tc.name, diff)
 		}
 	}
 }
 
 // TestModelFailuresAcrossSteps drives Steps against a failing model as a host that requeues does:
-// each failed Step is counted by ModelFailed, and the model turn that succeeds resets the count.
+// each failed Step is counted by Settle, and the model turn that succeeds resets the count.
 func TestModelFailuresAcrossSteps(t *testing.T) {
 	unavailable := looptest.Reply{Status: http.StatusServiceUnavailable, Body: "busy"}
 	limited := looptest.Reply{Status: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"7"}}, Body: "slow down"}
@@ -107,13 +88,13 @@ func TestModelFailuresAcrossSteps(t *testing.T) {
 		done    bool           // the last Step succeeds
 	}{
 		{"a success resets the count", []looptest.Reply{unavailable, limited, looptest.OpenAIText("ok")}, []modelFailure{
-			{Delay: DefaultRetryBase, Retry: true, Failures: 1},
-			{Delay: 7 * time.Second, Retry: true, Failures: 2},
+			{Delay: DefaultRetryBase, Failures: 1},
+			{Delay: 7 * time.Second, Failures: 2},
 		}, true},
 		{"past retries", []looptest.Reply{unavailable, unavailable, unavailable}, []modelFailure{
-			{Delay: DefaultRetryBase, Retry: true, Failures: 1},
-			{Delay: 2 * DefaultRetryBase, Retry: true, Failures: 2},
-			{Message: "model request failed 3 times in a row: model endpoint returned HTTP 503: busy", Failures: 2},
+			{Delay: DefaultRetryBase, Failures: 1},
+			{Delay: 2 * DefaultRetryBase, Failures: 2},
+			{Ended: "ModelError: model request failed 3 times in a row: model endpoint returned HTTP 503: busy", Failures: 2},
 		}, false},
 	}
 	for _, tc := range cases {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/toolnexus/operator/internal/backoff"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -49,7 +50,7 @@ func (c *Client) stepWithRetries(ctx context.Context, st *State, tk *tools.Toolk
 		if !retry || attempt >= c.opts.Retries || ctx.Err() != nil {
 			return err
 		}
-		if err := c.sleep(ctx, Backoff(c.opts.RetryBase, attempt+1, after)); err != nil {
+		if err := c.sleep(ctx, backoff.Delay(c.opts.RetryBase, attempt+1, after)); err != nil {
 			return err
 		}
 	}

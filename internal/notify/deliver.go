@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/backoff"
 	"github.com/toolnexus/operator/internal/netguard"
 )
 
@@ -51,7 +51,7 @@ func (p Policy) OrDefault() Policy {
 // Wait is how long to wait after failed attempt n (1-based) before the next one: the sink's
 // Retry-After when it gave one, else the doubling backoff, both at most Cap.
 func (p Policy) Wait(n int, retryAfter time.Duration) time.Duration {
-	return min(loop.Backoff(p.Base, n, min(retryAfter, p.Cap)), p.Cap)
+	return min(backoff.Delay(p.Base, n, min(retryAfter, p.Cap)), p.Cap)
 }
 
 // Result is how one attempt went.
@@ -93,7 +93,7 @@ func Post(ctx context.Context, client *http.Client, target string, header http.H
 	case code >= 200 && code < 300:
 		return Result{Delivered: true}
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		return Result{Retry: true, RetryAfter: loop.ParseRetryAfter(resp.Header.Get("Retry-After")), Err: statusError(code)}
+		return Result{Retry: true, RetryAfter: backoff.ParseRetryAfter(resp.Header.Get("Retry-After")), Err: statusError(code)}
 	default:
 		return Result{Err: statusError(code)}
 	}

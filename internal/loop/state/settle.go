@@ -1,0 +1,291 @@
+package state
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/toolnexus/operator/internal/backoff"
+	"github.com/toolnexus/operator/internal/tools/wire"
+)
+
+// The decisions a host takes about a run between its steps, in one pure function: which answers
+// are consumed, what a decline, a deletion, an expiry or a cancellation does, when the run fails,
+// how a failed step backs off and when the run must be woken next. The host (the operator's
+// AgentRun controller) lists what it sees, calls Settle, carries out the effects, saves the state
+// once and projects it. Nothing here does I/O or reads a clock.
+
+// Reasons a host-decided end carries (Outcome.Reason). They are the AgentRun condition reasons of
+// the same names (api/v1alpha1), which a test keeps equal.
+const (
+	ReasonCancelled      = "Cancelled"
+	ReasonRequestExpired = "RequestExpired"
+	ReasonStateMismatch  = "StateMismatch"
+	ReasonModelError     = "ModelError"
+	ReasonInvalidSpec    = "InvalidSpec"
+)
+
+// Seen is one request of the run as the host saw it now: the object it published a suspension as
+// (Call.Announced), or the fact that it is gone.
+type Seen struct {
+	// Name and UID identify the object; a UID other than the announced one is another object.
+	Name, UID string
+	// Gone says the object does not exist (the host checked around any cache).
+	Gone bool
+	// What the object shows of its call: what its answerer saw.
+	CallID, CallName, Args string
+	RequestID, Kind        string
+	// Answer is the answer it holds; nil while unanswered. AnswerError says the stored answer could
+	// not be decoded (it is immutable, so the call must not wait for a better one).
+	Answer      *wire.Answer
+	AnswerError string
+	// AnsweredBy is who answered; ByExpiry says the answer is the host's own expiry record.
+	AnsweredBy string
+	ByExpiry   bool
+	// AnsweredAt is when the answer was stamped; zero when unknown.
+	AnsweredAt time.Time
+}
+
+// Policy is what the run's spec says about its requests and its model.
+type Policy struct {
+	// Cancel ends the run (spec.cancel).
+	Cancel bool
+	// OnTimeoutFail ends the run when a request expires; otherwise the model is told.
+	OnTimeoutFail bool
+	// Retries is how many consecutive transient model failures are retried, RetryBase the first
+	// backoff delay.
+	Retries   int
+	RetryBase time.Duration
+}
+
+// StepEnd is what a finished step left: the state it reached and how it failed, if it did.
+type StepEnd struct {
+	State   *State
+	Failure *Failure
+}
+
+// Failure is why a step stopped before it finished, as the host classified it.
+type Failure struct {
+	// Canceled: the step was stopped (a cancellation, a lost leadership); what it finished is
+	// kept and the rest is taken again.
+	Canceled bool
+	// InvalidSpec: the run's spec cannot run (a tool set that does not build, a gate prompt that
+	// cannot render); the run ends.
+	InvalidSpec bool
+	// Transient: the model request may succeed if asked again, after RetryAfter when the endpoint
+	// named one.
+	Transient  bool
+	RetryAfter time.Duration
+	// Message is the redacted error.
+	Message string
+}
+
+// EffectKind names what the host must do.
+type EffectKind string
+
+// Effects.
+const (
+	// EffectExpire: write the expiry answer {ok: false, reason: expired} to request Name (UID).
+	// Once written, the host settles again with it seen.
+	EffectExpire EffectKind = "Expire"
+	// EffectConsumed: the answer of request Name was recorded (report it).
+	EffectConsumed EffectKind = "Consumed"
+	// EffectExpired: the expiry of request Name was recorded (report it).
+	EffectExpired EffectKind = "Expired"
+	// EffectDeleted: request Name was deleted unanswered; the call was declined (report it).
+	EffectDeleted EffectKind = "Deleted"
+	// EffectInvalidAnswer: the answer of request Name could not be used; the call was declined
+	// (report Message).
+	EffectInvalidAnswer EffectKind = "InvalidAnswer"
+	// EffectLateAnswer: the answer of request Name was stamped after the request expired; the call
+	// was told it expired (report it).
+	EffectLateAnswer EffectKind = "LateAnswer"
+	// EffectCancelStep: abort the run's step in flight; what it left must not be applied.
+	EffectCancelStep EffectKind = "CancelStep"
+	// EffectRetry: the model failed transiently; take the next step at At (report Message).
+	EffectRetry EffectKind = "Retry"
+)
+
+// Effect is one thing the host must do or report, in the order Settle decided it.
+type Effect struct {
+	Kind EffectKind
+	// Name and UID are the request's, CallID its call's.
+	Name, UID, CallID string
+	// Answer is the answer consumed (EffectConsumed).
+	Answer *wire.Answer
+	// At is when (EffectRetry).
+	At time.Time
+	// Message says why (EffectInvalidAnswer, EffectRetry).
+	Message string
+}
+
+// Settlement is what Settle decided.
+type Settlement struct {
+	// Changed says the state changed: the host saves it before it reports anything.
+	Changed bool
+	Effects []Effect
+	// WakeAt is when the run must be looked at again with nothing else happening: the nearest
+	// expiry of an open request, or the end of a backoff. Zero when nothing is due.
+	WakeAt time.Time
+}
+
+// Settle takes into st what happened since it was saved: the end of its last step (end, nil when
+// none ended), a cancellation, and the answers, deletions and expiries of its requests as seen,
+// and says what the host must do. It changes st in place (the host saves it when Changed). A
+// request shows the call the state holds or nothing runs: any difference ends the run closed.
+func Settle(st *State, end *StepEnd, seen []Seen, now time.Time, p Policy) Settlement {
+	var out Settlement
+	if end != nil {
+		*st = *end.State
+		out.Changed = true
+		settleFailure(st, end.Failure, now, p, &out)
+	}
+	if p.Cancel && !st.Ended() {
+		st.End(ReasonCancelled, "The run was cancelled (spec.cancel)")
+		out.Changed = true
+		out.Effects = append(out.Effects, Effect{Kind: EffectCancelStep})
+	}
+	if st.Ended() {
+		out.WakeAt = time.Time{}
+		return out
+	}
+	byName := make(map[string]*Seen, len(seen))
+	for i := range seen {
+		byName[seen[i].Name] = &seen[i]
+	}
+	for _, call := range st.Suspended() {
+		if call.Announced == nil {
+			continue
+		}
+		s := byName[call.Announced.Name]
+		if s == nil {
+			// Not seen yet (a cache that lags behind the create): its answer wakes the run.
+			continue
+		}
+		if settleCall(st, call, s, now, p, &out); st.Ended() {
+			out.WakeAt = time.Time{}
+			return out
+		}
+	}
+	out.WakeAt = earliest(out.WakeAt, nearestExpiry(st))
+	return out
+}
+
+// settleCall decides what request s means for call.
+func settleCall(st *State, call Call, s *Seen, now time.Time, p Policy, out *Settlement) {
+	name := call.Announced.Name
+	decline := func(kind EffectKind, reason, message string) {
+		if st.Answer(call.ID, wire.AnswerDeclined(call.Request.ID, reason)) == nil {
+			out.Changed = true
+		}
+		out.Effects = append(out.Effects, Effect{Kind: kind, Name: name, UID: s.UID, CallID: call.ID, Message: message})
+	}
+	if s.Gone {
+		decline(EffectDeleted, "the PendingRequest was deleted", "")
+		return
+	}
+	if err := mismatch(call, s); err != "" {
+		st.End(ReasonStateMismatch, err)
+		out.Changed = true
+		return
+	}
+	exp, hasExpiry := expiry(call)
+	switch {
+	case s.Answer == nil && s.AnswerError == "":
+		if hasExpiry && !now.Before(exp) {
+			out.Effects = append(out.Effects, Effect{Kind: EffectExpire, Name: name, UID: s.UID, CallID: call.ID})
+		}
+	case s.AnswerError != "":
+		decline(EffectInvalidAnswer, "invalid answer: "+s.AnswerError, s.AnswerError)
+	case s.ByExpiry:
+		decline(EffectExpired, wire.ReasonExpired, "")
+		if p.OnTimeoutFail {
+			// Decided from the saved state and the request as it is, whoever wrote the expiry: a
+			// reconcile whose save failed after writing it must not let the run go on.
+			st.End(ReasonRequestExpired, fmt.Sprintf("PendingRequest %s expired unanswered and spec.suspension.onTimeout is Fail", name))
+		}
+	case hasExpiry && !s.AnsweredAt.IsZero() && s.AnsweredAt.After(exp):
+		// The API server refuses an answer stamped after the expiry; a cluster without the
+		// admission policies must not run a call on one either.
+		decline(EffectLateAnswer, wire.ReasonExpired, "")
+		if p.OnTimeoutFail {
+			st.End(ReasonRequestExpired, fmt.Sprintf("PendingRequest %s was answered after it expired and spec.suspension.onTimeout is Fail", name))
+		}
+	default:
+		a := *s.Answer
+		if err := st.Answer(call.ID, a); err != nil {
+			// Admission should have refused it; it is immutable now, so the model is told.
+			decline(EffectInvalidAnswer, "invalid answer: "+err.Error(), err.Error())
+			return
+		}
+		out.Changed = true
+		out.Effects = append(out.Effects, Effect{Kind: EffectConsumed, Name: name, UID: s.UID, CallID: call.ID, Answer: &a})
+	}
+}
+
+// mismatch says how request s differs from the request the state holds for call: another object,
+// another call, another request, or other arguments than the retry would run with.
+func mismatch(call Call, s *Seen) string {
+	switch {
+	case s.UID != call.Announced.UID:
+		return fmt.Sprintf("PendingRequest %s is not the request this run created for call %s (it was replaced)", s.Name, call.ID)
+	case s.CallID != call.ID || s.CallName != call.Name:
+		return fmt.Sprintf("PendingRequest %s shows call %s of %s, the run's record holds call %s of %s", s.Name, s.CallID, s.CallName, call.ID, call.Name)
+	case s.RequestID != call.Request.ID || s.Kind != call.Request.Kind:
+		return fmt.Sprintf("PendingRequest %s shows request %s (%s), the run's record holds request %s (%s)", s.Name, s.RequestID, s.Kind, call.Request.ID, call.Request.Kind)
+	case s.Args != call.Args:
+		return fmt.Sprintf("PendingRequest %s shows other arguments for call %s than the run's record holds; the call does not run", s.Name, call.ID)
+	}
+	return ""
+}
+
+// settleFailure decides what a failed step means: a transient model failure within the retries
+// backs off, any other failure ends the run.
+func settleFailure(st *State, f *Failure, now time.Time, p Policy, out *Settlement) {
+	switch {
+	case f == nil || f.Canceled:
+		// Stopped by a cancellation or a lost leadership: what it finished is kept.
+	case f.InvalidSpec:
+		st.End(ReasonInvalidSpec, f.Message)
+	case f.Transient && st.ModelFailures < p.Retries:
+		st.ModelFailures++
+		at := now.Add(backoff.Delay(p.RetryBase, st.ModelFailures, f.RetryAfter))
+		out.WakeAt = at
+		out.Effects = append(out.Effects, Effect{Kind: EffectRetry, At: at, Message: fmt.Sprintf(
+			"Model request failed (attempt %d of %d), retrying in %s: %s", st.ModelFailures, p.Retries+1, at.Sub(now), f.Message)})
+	case f.Transient:
+		st.End(ReasonModelError, fmt.Sprintf("model request failed %d times in a row: %s", st.ModelFailures+1, f.Message))
+	default:
+		st.End(ReasonModelError, f.Message)
+	}
+}
+
+// expiry is when call's request expires, from the saved state.
+func expiry(call Call) (time.Time, bool) {
+	if call.Request == nil || call.Request.ExpiresAt == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, call.Request.ExpiresAt)
+	return t, err == nil
+}
+
+// nearestExpiry is when the first of the open, announced requests expires; zero when none does.
+func nearestExpiry(st *State) time.Time {
+	var wake time.Time
+	for _, call := range st.Suspended() {
+		if call.Announced == nil {
+			continue
+		}
+		if exp, ok := expiry(call); ok {
+			wake = earliest(wake, exp)
+		}
+	}
+	return wake
+}
+
+// earliest is the earlier of two times, the zero time meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
