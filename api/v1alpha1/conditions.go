@@ -101,13 +101,22 @@ const (
 
 // Reasons of the PendingRequest conditions.
 const (
+	// ReasonAwaitingAnswer: Answered is False, status.answer is not set yet.
 	ReasonAwaitingAnswer = "AwaitingAnswer"
-	ReasonApproved       = "Approved"
-	ReasonDeclined       = "Declined"
-	ReasonExpired        = "Expired"
+	// ReasonApproved: an approval or authorization request was answered ok.
+	ReasonApproved = "Approved"
+	// ReasonAnswered: an input, question, tool_call or other request was answered ok.
+	ReasonAnswered = "Answered"
+	// ReasonDeclined: the answer was ok: false.
+	ReasonDeclined = "Declined"
+	// ReasonExpired: the request expired unanswered (answered by system:expired).
+	ReasonExpired = "Expired"
+	// ReasonAnswerConsumed: Resolved is True, the run took the answer in.
 	ReasonAnswerConsumed = "AnswerConsumed"
-	ReasonAnswerPending  = "AnswerNotConsumed"
-	ReasonRunGone        = "RunGone"
+	// ReasonAnswerNotConsumed: Resolved is False, the run has not taken an answer in yet.
+	ReasonAnswerNotConsumed = "AnswerNotConsumed"
+	// ReasonRunGone: the run ended before it took an answer in; the request was cancelled.
+	ReasonRunGone = "RunGone"
 )
 
 // ExpiredAnswerer is the answeredBy value of an answer the controller writes on expiry.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +24,7 @@ import (
 // agent's tools, approval gates and model options the way a run does, without any I/O.
 type AgentReconciler struct {
 	client.Client
+	Clock clock.PassiveClock
 }
 
 var _ reconcile.Reconciler = (*AgentReconciler)(nil)
@@ -39,7 +42,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := agent.DeepCopy()
-	setAgentReady(agent, validateAgent(&agent.Spec))
+	setAgentReady(agent, validateAgent(&agent.Spec), r.Clock.Now())
 	_, err := patchStatus(ctx, r.Client, agent, before)
 	return ctrl.Result{}, err
 }
@@ -93,23 +96,23 @@ func validateAgent(spec *toolnexusv1alpha1.AgentSpec) *agentError {
 
 // setAgentReady sets Ready from the validation's outcome, and Stalled (kstatus) with the same
 // reason when the agent cannot run.
-func setAgentReady(agent *toolnexusv1alpha1.Agent, invalid *agentError) {
+func setAgentReady(agent *toolnexusv1alpha1.Agent, invalid *agentError, now time.Time) {
 	agent.Status.ObservedGeneration = agent.Generation
 	if invalid == nil {
-		setCondition(agent, toolnexusv1alpha1.ConditionReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonValid,
+		setCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonValid,
 			"The agent's tools, approval gates and model options are valid")
 		meta.RemoveStatusCondition(&agent.Status.Conditions, toolnexusv1alpha1.ConditionStalled)
 		return
 	}
 	msg := truncate(invalid.Error(), 1024)
-	setCondition(agent, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, invalid.reason, msg)
-	setCondition(agent, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, invalid.reason, msg)
+	setCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, invalid.reason, msg)
+	setCondition(agent, now, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, invalid.reason, msg)
 }
 
 // SetupWithManager registers the reconciler; it reacts to spec changes only.
 func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Client == nil {
-		return errors.New("AgentReconciler needs a Client")
+	if r.Client == nil || r.Clock == nil {
+		return errors.New("AgentReconciler needs a Client and a Clock")
 	}
 	return builder.ControllerManagedBy(mgr).
 		For(&toolnexusv1alpha1.Agent{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

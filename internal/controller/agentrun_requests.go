@@ -318,7 +318,7 @@ func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 			preq = live
 		}
 		before := preq.DeepCopy()
-		setRequestStatus(preq, fate)
+		setRequestStatus(preq, fate, s.now)
 		if _, err := patchStatus(ctx, r.Client, preq, before); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("updating PendingRequest %s status: %w", name, err)
 		}
@@ -333,42 +333,44 @@ func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 
 // setRequestStatus derives a request's phase and its Answered and Resolved conditions from where
 // the saved state leaves it.
-func setRequestStatus(preq *toolnexusv1alpha1.PendingRequest, fate requestFate) {
+func setRequestStatus(preq *toolnexusv1alpha1.PendingRequest, fate requestFate, now time.Time) {
 	cancelled := fate != requestOpen && preq.Status.Answer == nil
 	preq.Status.Phase = requestPhase(preq, cancelled)
 	preq.Status.ObservedGeneration = preq.Generation
-	setAnswered(preq, cancelled)
-	setResolved(preq, fate, cancelled)
+	setAnswered(preq, cancelled, now)
+	setResolved(preq, fate, cancelled, now)
 }
 
 // setAnswered is True once an answer is there, with a reason saying which.
-func setAnswered(preq *toolnexusv1alpha1.PendingRequest, cancelled bool) {
+func setAnswered(preq *toolnexusv1alpha1.PendingRequest, cancelled bool, now time.Time) {
 	a := preq.Status.Answer
 	switch {
+	case a != nil && a.OK && (preq.Spec.Request.Kind == tools.KindApproval || preq.Spec.Request.Kind == tools.KindAuthorization):
+		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonApproved, "Approved by "+answererOf(preq))
 	case a != nil && a.OK:
-		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonApproved, "Answered ok by "+answererOf(preq))
+		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswered, "Answered by "+answererOf(preq))
 	case a != nil && preq.Status.Phase == toolnexusv1alpha1.RequestPhaseExpired:
-		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonExpired, "Expired unanswered")
+		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonExpired, "Expired unanswered")
 	case a != nil:
-		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonDeclined, "Declined by "+answererOf(preq))
+		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonDeclined, "Declined by "+answererOf(preq))
 	case cancelled:
-		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonRunGone, "The run ended before an answer came")
+		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonRunGone, "The run ended before an answer came")
 	default:
-		setCondition(preq, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAwaitingAnswer, "Waiting for status.answer")
+		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAwaitingAnswer, "Waiting for status.answer")
 	}
 }
 
 // setResolved is True once the saved state no longer waits on the request.
-func setResolved(preq *toolnexusv1alpha1.PendingRequest, fate requestFate, cancelled bool) {
+func setResolved(preq *toolnexusv1alpha1.PendingRequest, fate requestFate, cancelled bool, now time.Time) {
 	switch {
 	case fate == requestOpen:
-		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAnswerPending, "The run has not consumed an answer yet")
+		setCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAnswerNotConsumed, "The run has not consumed an answer yet")
 	case cancelled:
-		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled")
+		setCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled")
 	case fate == requestDropped:
-		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended before it consumed the answer")
+		setCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended before it consumed the answer")
 	default:
-		setCondition(preq, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswerConsumed, "The run has consumed the answer")
+		setCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswerConsumed, "The run has consumed the answer")
 	}
 }
 

@@ -66,13 +66,13 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 		open = open[:maxStatusPending]
 	}
 	setFields(run, rec, open, now)
-	setSucceeded(run, rec, open, p)
+	setSucceeded(run, rec, open, p, now)
 	if finished(run) && run.Status.CompletionTime == nil {
 		run.Status.CompletionTime = &metav1.Time{Time: now}
 	}
-	setKstatus(run)
-	setSuspended(run, open)
-	setToolsReady(run, rec, p)
+	setKstatus(run, now)
+	setSuspended(run, open, now)
+	setToolsReady(run, rec, p, now)
 }
 
 // setFields copies the loop state's counters and summaries into status.
@@ -105,7 +105,7 @@ func setFields(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 
 // setSucceeded sets the terminal summary and the display fields derived from it: phase, result,
 // limit and text.
-func setSucceeded(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexusv1alpha1.PendingSummary, p progress) {
+func setSucceeded(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexusv1alpha1.PendingSummary, p progress, now time.Time) {
 	st, s := rec.State, &run.Status
 	status, reason, message := metav1.ConditionUnknown, "", ""
 	s.Limit, s.Text, s.Result = "", "", ""
@@ -140,12 +140,12 @@ func setSucceeded(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolne
 	if status == metav1.ConditionUnknown && len(open) > 0 {
 		s.Result, s.Text = loop.StatusPending, truncate(open[0].Prompt, maxStatusText)
 	}
-	setCondition(run, toolnexusv1alpha1.ConditionSucceeded, status, reason, message)
+	setCondition(run, now, toolnexusv1alpha1.ConditionSucceeded, status, reason, message)
 }
 
 // setKstatus sets the abnormal-true conditions kstatus reads, mirroring Succeeded: Reconciling
 // while the run is active, Stalled once it ended without success.
-func setKstatus(run *toolnexusv1alpha1.AgentRun) {
+func setKstatus(run *toolnexusv1alpha1.AgentRun, now time.Time) {
 	succeeded := conditionOf(run, toolnexusv1alpha1.ConditionSucceeded)
 	for t, when := range map[string]metav1.ConditionStatus{
 		toolnexusv1alpha1.ConditionReconciling: metav1.ConditionUnknown,
@@ -155,22 +155,22 @@ func setKstatus(run *toolnexusv1alpha1.AgentRun) {
 			meta.RemoveStatusCondition(&run.Status.Conditions, t)
 			continue
 		}
-		setCondition(run, t, metav1.ConditionTrue, succeeded.Reason, succeeded.Message)
+		setCondition(run, now, t, metav1.ConditionTrue, succeeded.Reason, succeeded.Message)
 	}
 }
 
 // setSuspended is True while a request of the run is open.
-func setSuspended(run *toolnexusv1alpha1.AgentRun, open []toolnexusv1alpha1.PendingSummary) {
+func setSuspended(run *toolnexusv1alpha1.AgentRun, open []toolnexusv1alpha1.PendingSummary, now time.Time) {
 	if len(open) > 0 {
-		setCondition(run, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionTrue, toolnexusv1alpha1.ReasonOpenRequests, "Waiting for an answer to "+open[0].Name)
+		setCondition(run, now, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionTrue, toolnexusv1alpha1.ReasonOpenRequests, "Waiting for an answer to "+open[0].Name)
 		return
 	}
-	setCondition(run, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionFalse, toolnexusv1alpha1.ReasonNoOpenRequests, "No PendingRequest of the run is open")
+	setCondition(run, now, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionFalse, toolnexusv1alpha1.ReasonNoOpenRequests, "No PendingRequest of the run is open")
 }
 
 // setToolsReady says whether every MCP server answered when the tools were last built; when they
 // were not built this reconcile the condition stays as it was.
-func setToolsReady(run *toolnexusv1alpha1.AgentRun, rec *runRecord, p progress) {
+func setToolsReady(run *toolnexusv1alpha1.AgentRun, rec *runRecord, p progress, now time.Time) {
 	if !p.toolsBuilt {
 		return
 	}
@@ -178,11 +178,11 @@ func setToolsReady(run *toolnexusv1alpha1.AgentRun, rec *runRecord, p progress) 
 		return
 	}
 	if len(p.mcpFailures) > 0 {
-		setCondition(run, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionFalse, toolnexusv1alpha1.ReasonMCPServerUnavailable,
+		setCondition(run, now, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionFalse, toolnexusv1alpha1.ReasonMCPServerUnavailable,
 			truncate("Some MCP tools are missing: "+strings.Join(p.mcpFailures, "; "), 1024))
 		return
 	}
-	setCondition(run, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonToolsAvailable, "Every MCP server answered")
+	setCondition(run, now, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonToolsAvailable, "Every MCP server answered")
 }
 
 func toolCallSummaries(calls []loop.ToolCall) []toolnexusv1alpha1.ToolCallSummary {

@@ -302,7 +302,7 @@ func TestHealthOfPendingRequest(t *testing.T) {
 				if tc.open {
 					fate = requestOpen
 				}
-				setRequestStatus(preq, fate)
+				setRequestStatus(preq, fate, time.Unix(100, 0))
 			}
 			if diff := cmp.Diff(tc.want, runArgoHealth(t, script, asServed(t, preq))); diff != "" {
 				t.Errorf("Argo CD health (-want +got):\n%s\nphase: %s", diff, preq.Status.Phase)
@@ -473,7 +473,7 @@ func TestHealthOfAgent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			agent := &toolnexusv1alpha1.Agent{TypeMeta: metav1.TypeMeta{APIVersion: toolnexusv1alpha1.GroupVersion.String(), Kind: "Agent"},
 				ObjectMeta: metav1.ObjectMeta{Name: "buyer", Namespace: "team", Generation: 1}, Spec: tc.spec}
-			setAgentReady(agent, validateAgent(&agent.Spec))
+			setAgentReady(agent, validateAgent(&agent.Spec), time.Unix(100, 0))
 			if tc.edited {
 				agent.Generation++
 			}

@@ -107,7 +107,7 @@ func (r *NotifyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			wake = now.Add(time.Second) // the executor still holds the last attempt's key
 		}
 	}
-	setNotified(preq, func(d delivery) attemptState {
+	setNotified(preq, now, func(d delivery) attemptState {
 		return r.attempts.snapshot(req.NamespacedName, attemptKey{uid: preq.UID, sink: d.sink.Name, event: d.event})
 	})
 	if !equality.Semantic.DeepEqual(before.Status, preq.Status) {

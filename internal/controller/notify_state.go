@@ -196,7 +196,7 @@ func (a *attempts) forget(name types.NamespacedName) []attemptKey {
 // setNotified sets the request's Notified condition from its finished deliveries and, for the
 // others, from what this process last saw of them: False once a delivery was given up on (a
 // message naming the sink and why), True when every owed event was delivered, else Unknown.
-func setNotified(preq *toolnexusv1alpha1.PendingRequest, pending func(delivery) attemptState) {
+func setNotified(preq *toolnexusv1alpha1.PendingRequest, now time.Time, pending func(delivery) attemptState) {
 	var failed, waiting []string
 	failReason := toolnexusv1alpha1.ReasonNotificationFailed
 	for _, d := range owed(preq) {
@@ -219,11 +219,11 @@ func setNotified(preq *toolnexusv1alpha1.PendingRequest, pending func(delivery) 
 	}
 	switch {
 	case len(failed) > 0:
-		setCondition(preq, toolnexusv1alpha1.ConditionNotified, metav1.ConditionFalse, failReason, joinBounded(failed))
+		setCondition(preq, now, toolnexusv1alpha1.ConditionNotified, metav1.ConditionFalse, failReason, joinBounded(failed))
 	case len(waiting) > 0:
-		setCondition(preq, toolnexusv1alpha1.ConditionNotified, metav1.ConditionUnknown, toolnexusv1alpha1.ReasonDelivering, joinBounded(waiting))
+		setCondition(preq, now, toolnexusv1alpha1.ConditionNotified, metav1.ConditionUnknown, toolnexusv1alpha1.ReasonDelivering, joinBounded(waiting))
 	default:
-		setCondition(preq, toolnexusv1alpha1.ConditionNotified, metav1.ConditionTrue, toolnexusv1alpha1.ReasonNotificationsDelivered,
+		setCondition(preq, now, toolnexusv1alpha1.ConditionNotified, metav1.ConditionTrue, toolnexusv1alpha1.ReasonNotificationsDelivered,
 			"Every sink took every event so far")
 	}
 }

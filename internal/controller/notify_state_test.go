@@ -2,6 +2,7 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -89,10 +90,14 @@ func TestSetNotified(t *testing.T) {
 				Message: `sink all gave up on Opened after 10 attempts: Secret "hook" has no key "url"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			setNotified(tc.preq, func(delivery) attemptState { return tc.pending })
+			at := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
+			setNotified(tc.preq, at, func(delivery) attemptState { return tc.pending })
 			got := meta.FindStatusCondition(tc.preq.Status.Conditions, toolnexusv1alpha1.ConditionNotified)
 			if got == nil {
 				t.Fatal("no Notified condition")
+			}
+			if !got.LastTransitionTime.Time.Equal(at) {
+				t.Errorf("lastTransitionTime %s, want the reconciler's clock %s", got.LastTransitionTime, at)
 			}
 			if diff := cmp.Diff(tc.want, metav1.Condition{Status: got.Status, Reason: got.Reason, Message: got.Message}); diff != "" {
 				t.Errorf("Notified (-want +got):\n%s", diff)

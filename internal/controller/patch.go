@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,10 +17,10 @@ type conditioned interface {
 }
 
 // setCondition sets a condition of obj, stamped with the generation the status describes; the
-// transition time changes only when the status does.
-func setCondition(obj conditioned, t string, status metav1.ConditionStatus, reason, message string) {
+// transition time, now (the reconciler's clock), changes only when the status does.
+func setCondition(obj conditioned, now time.Time, t string, status metav1.ConditionStatus, reason, message string) {
 	meta.SetStatusCondition(obj.StatusConditions(), metav1.Condition{Type: t, Status: status, Reason: reason,
-		Message: message, ObservedGeneration: obj.GetGeneration()})
+		Message: message, ObservedGeneration: obj.GetGeneration(), LastTransitionTime: metav1.NewTime(now)})
 }
 
 // patchStatus writes what changed in obj's status since before, as a merge patch of the status

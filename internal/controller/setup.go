@@ -74,5 +74,5 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+	return (&AgentReconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr)
 }

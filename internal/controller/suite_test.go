@@ -120,7 +120,7 @@ func startManager() {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
 		Clock: clock.RealClock{}, Metrics: runs.Metrics, Executor: runs.Executor, Policy: notifyPolicy,
 	}).SetupWithManager(mgr)).To(Succeed())
-	Expect((&controller.AgentReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
+	Expect((&controller.AgentReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	stopManager, managerDone = cancel, make(chan struct{})
 	go func() {
