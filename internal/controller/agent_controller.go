@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -16,8 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/loop"
-	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/controller/runspec"
 )
 
 // AgentReconciler says, in each Agent's Ready condition, whether the agent can run: it builds the
@@ -42,61 +40,19 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := agent.DeepCopy()
-	setAgentReady(agent, validateAgent(&agent.Spec), r.Clock.Now())
-	_, err := patchStatus(ctx, r.Client, agent, before)
+	_, err := runspec.Build(&agent.Spec, runspec.Env{})
+	var invalid *runspec.Error
+	if err != nil && !errors.As(err, &invalid) {
+		return ctrl.Result{}, err
+	}
+	setAgentReady(agent, invalid, r.Clock.Now())
+	_, err = patchStatus(ctx, r.Client, agent, before)
 	return ctrl.Result{}, err
-}
-
-// agentError is why an agent cannot run, with the reason of its Ready condition.
-type agentError struct {
-	reason string
-	err    error
-}
-
-func (e *agentError) Error() string { return e.err.Error() }
-
-// validateAgent builds what a run of the agent would build before its first step, except what
-// needs the API server (Secrets) or the network (MCP servers); nil means it can run.
-func validateAgent(spec *toolnexusv1alpha1.AgentSpec) *agentError {
-	var local []tools.Tool
-	for i, t := range spec.Tools {
-		if t.HTTP == nil {
-			return &agentError{toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: set http", i)}
-		}
-		tool, err := tools.HTTPTool(tools.HTTPToolSpec{
-			Name: t.Name, Description: t.Description, InputSchema: jsonObject(t.Parameters),
-			URL: t.HTTP.URL, Method: string(t.HTTP.Method), Timeout: durationOr(t.HTTP.Timeout, 0),
-		})
-		if err != nil {
-			return &agentError{toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: %w", i, err)}
-		}
-		local = append(local, tool)
-	}
-	for _, b := range spec.Builtins {
-		if b == toolnexusv1alpha1.BuiltinQuestion {
-			local = append(local, tools.QuestionTool())
-		}
-	}
-	if _, err := tools.NewToolkit(local...); err != nil {
-		return &agentError{toolnexusv1alpha1.ReasonInvalidTool, err}
-	}
-	hooks, err := gateHooks(spec.Approvals)
-	if err != nil {
-		return &agentError{toolnexusv1alpha1.ReasonInvalidApproval, err}
-	}
-	if _, err := loop.New(loop.Options{
-		BaseURL: spec.Model.BaseURL, Style: string(spec.Model.Style), Model: spec.Model.Name,
-		SystemPrompt: spec.SystemPrompt, MaxTurns: int(spec.MaxTurns), Hooks: hooks,
-		SuspensionTimeout: suspensionTimeout(spec.Suspension),
-	}); err != nil {
-		return &agentError{toolnexusv1alpha1.ReasonInvalidModel, err}
-	}
-	return nil
 }
 
 // setAgentReady sets Ready from the validation's outcome, and Stalled (kstatus) with the same
 // reason when the agent cannot run.
-func setAgentReady(agent *toolnexusv1alpha1.Agent, invalid *agentError, now time.Time) {
+func setAgentReady(agent *toolnexusv1alpha1.Agent, invalid *runspec.Error, now time.Time) {
 	agent.Status.ObservedGeneration = agent.Generation
 	if invalid == nil {
 		setCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonValid,
@@ -105,8 +61,8 @@ func setAgentReady(agent *toolnexusv1alpha1.Agent, invalid *agentError, now time
 		return
 	}
 	msg := truncate(invalid.Error(), 1024)
-	setCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, invalid.reason, msg)
-	setCondition(agent, now, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, invalid.reason, msg)
+	setCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, invalid.Reason, msg)
+	setCondition(agent, now, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, invalid.Reason, msg)
 }
 
 // SetupWithManager registers the reconciler; it reacts to spec changes only.

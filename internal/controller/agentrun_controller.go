@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
@@ -330,7 +331,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 
 	rt, err := r.prepare(ctx, s.run, s.spec, r.Metrics.observe)
 	var missing *missingSecretError
-	var invalid *specError
+	var invalid *runspec.Error
 	switch {
 	case errors.As(err, &missing):
 		s.progress.reason, s.progress.message = missing.reason, missing.Error()

@@ -10,6 +10,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/tools"
 )
@@ -473,7 +475,11 @@ func TestHealthOfAgent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			agent := &toolnexusv1alpha1.Agent{TypeMeta: metav1.TypeMeta{APIVersion: toolnexusv1alpha1.GroupVersion.String(), Kind: "Agent"},
 				ObjectMeta: metav1.ObjectMeta{Name: "buyer", Namespace: "team", Generation: 1}, Spec: tc.spec}
-			setAgentReady(agent, validateAgent(&agent.Spec), time.Unix(100, 0))
+			var invalid *runspec.Error
+			if _, err := runspec.Build(&agent.Spec, runspec.Env{}); err != nil && !errors.As(err, &invalid) {
+				t.Fatal(err)
+			}
+			setAgentReady(agent, invalid, time.Unix(100, 0))
 			if tc.edited {
 				agent.Generation++
 			}

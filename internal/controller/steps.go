@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
@@ -234,10 +235,10 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 		ctx = r.Tracing.Step(ctx, rt.trace)
 		o := &stepOutcome{uid: uid, from: from, state: st, events: events}
 		var tk *tools.Toolkit
-		tk, o.mcpFailures, o.err = rt.toolkit(ctx)
+		tk, o.mcpFailures, o.err = rt.Toolkit(ctx)
 		if o.err == nil {
 			o.toolsBuilt = true
-			o.err = rt.client.StepUntilSaved(ctx, st, tk, r.maxTranscriptRawBytes())
+			o.err = rt.Client.StepUntilSaved(ctx, st, tk, r.maxTranscriptRawBytes())
 		}
 		r.steps.put(key, o)
 	}, Done: func(ctx context.Context) {
@@ -249,7 +250,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 
 // failureOf classifies the error a step ended with for Settle (nil: it finished).
 func failureOf(err error) *state.Failure {
-	var invalid *specError
+	var invalid *runspec.Error
 	if errors.As(err, &invalid) {
 		return &state.Failure{InvalidSpec: true, Message: truncate(invalid.Error(), 2048)}
 	}

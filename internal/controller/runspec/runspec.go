@@ -1,0 +1,220 @@
+// Package runspec turns an agent's spec (an AgentRun's, or an Agent's) into what the loop runs:
+// the model client with its options and approval gates, the tools that need no connection, and
+// the MCP servers a step connects. It is the one builder: a run builds with its Secrets resolved,
+// the Agent controller builds with none to say whether the agent can run. No I/O.
+package runspec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/tools"
+)
+
+// DefaultModelTimeout bounds one model request when the spec sets no requestTimeout.
+const DefaultModelTimeout = 120 * time.Second
+
+// Error is a spec that passed admission but cannot run, with the reason an Agent's Ready
+// condition names (a run fails InvalidSpec with the message).
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func invalid(reason string, err error) *Error { return &Error{Reason: reason, Err: err} }
+
+// Env is what a build takes from its host. The zero Env builds for validation: no credentials,
+// no client, no hooks into the host.
+type Env struct {
+	// APIKey is the model's key, read from spec.model.apiKeySecretRef.
+	APIKey string
+	// Headers turns the header specs of the tool or MCP server named by what into tool headers
+	// (Secret values resolved at call time); nil keeps only literal values.
+	Headers func(hs []toolnexusv1alpha1.HTTPHeader, what string) []tools.Header
+	// HTTPClient carries model, tool and MCP traffic.
+	HTTPClient *http.Client
+	// IdempotencyPrefix starts every tool call's Idempotency-Key (the run's UID).
+	IdempotencyPrefix string
+	// OnEvent, Clock, Tracer and MaxToolCallsPerTurn go to the loop's Options as they are.
+	OnEvent             func(loop.Event)
+	Clock               func() time.Time
+	Tracer              loop.Tracer
+	MaxToolCallsPerTurn int
+}
+
+// Built is a spec ready to step.
+type Built struct {
+	Client *loop.Client
+	// Local are the tools that need no connection: HTTP tools and built-ins.
+	Local []tools.Tool
+	// MCP are the servers a step connects (Toolkit).
+	MCP []tools.MCPServerSpec
+}
+
+// Build builds spec. Every error is an *Error naming the field.
+func Build(spec *toolnexusv1alpha1.AgentSpec, env Env) (*Built, error) {
+	headers := func(hs []toolnexusv1alpha1.HTTPHeader, what string) []tools.Header {
+		if env.Headers != nil {
+			return env.Headers(hs, what)
+		}
+		var out []tools.Header
+		for _, h := range hs {
+			if h.Value != nil {
+				out = append(out, tools.Header{Name: h.Name, Value: *h.Value})
+			}
+		}
+		return out
+	}
+	b := &Built{}
+	for i, t := range spec.Tools {
+		if t.HTTP == nil {
+			return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: set http", i))
+		}
+		tool, err := tools.HTTPTool(tools.HTTPToolSpec{
+			Name: t.Name, Description: t.Description, InputSchema: jsonObject(t.Parameters),
+			URL: t.HTTP.URL, Method: string(t.HTTP.Method), Timeout: durationOr(t.HTTP.Timeout, 0),
+			Headers: headers(t.HTTP.Headers, fmt.Sprintf("spec.tools[%d].http.headers", i)),
+			Client:  env.HTTPClient,
+		})
+		if err != nil {
+			return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: %w", i, err))
+		}
+		b.Local = append(b.Local, tool)
+	}
+	for i, s := range spec.MCPServers {
+		b.MCP = append(b.MCP, tools.MCPServerSpec{
+			Name: s.Name, URL: s.URL, AllowTools: s.Tools, Timeout: durationOr(s.Timeout, 0),
+			Headers:    headers(s.Headers, fmt.Sprintf("spec.mcpServers[%d].headers", i)),
+			HTTPClient: env.HTTPClient,
+		})
+	}
+	for _, builtin := range spec.Builtins {
+		if builtin == toolnexusv1alpha1.BuiltinQuestion {
+			b.Local = append(b.Local, tools.QuestionTool())
+		}
+	}
+	if _, err := tools.NewToolkit(b.Local...); err != nil {
+		return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, err)
+	}
+	hooks, err := gateHooks(spec.Approvals)
+	if err != nil {
+		return nil, invalid(toolnexusv1alpha1.ReasonInvalidApproval, err)
+	}
+	b.Client, err = loop.New(loop.Options{
+		BaseURL: spec.Model.BaseURL, Style: string(spec.Model.Style), Model: spec.Model.Name, APIKey: env.APIKey,
+		SystemPrompt: spec.SystemPrompt, MaxTurns: int(spec.MaxTurns), Hooks: hooks,
+		RequestTimeout: durationOr(spec.Model.RequestTimeout, DefaultModelTimeout), HTTPClient: env.HTTPClient,
+		IdempotencyPrefix: env.IdempotencyPrefix, OnEvent: env.OnEvent, Clock: env.Clock,
+		SuspensionTimeout: SuspensionTimeout(spec.Suspension), MaxToolCallsPerTurn: env.MaxToolCallsPerTurn,
+		Tracer: env.Tracer,
+	})
+	if err != nil {
+		return nil, invalid(toolnexusv1alpha1.ReasonInvalidModel, err)
+	}
+	return b, nil
+}
+
+// Toolkit connects the MCP servers and returns every tool; mcpFailures names each server that
+// could not be reached, with why (its tools are left out). A tool set that cannot be put together
+// is an *Error.
+func (b *Built) Toolkit(ctx context.Context) (tk *tools.Toolkit, mcpFailures []string, err error) {
+	all := append([]tools.Tool(nil), b.Local...)
+	failed := map[string]error{}
+	for _, spec := range b.MCP {
+		server, err := tools.ConnectMCP(ctx, spec)
+		if err != nil {
+			mcpFailures = append(mcpFailures, fmt.Sprintf("%s: %v", spec.Name, err))
+			failed[spec.Name] = err
+			continue
+		}
+		all = append(all, server.Tools()...)
+		if missing := server.MissingTools(); len(missing) > 0 {
+			// An allow-list entry the server does not offer is most likely a typo: say so.
+			mcpFailures = append(mcpFailures, fmt.Sprintf("%s: does not offer the allow-listed tools %s", spec.Name, strings.Join(missing, ", ")))
+		}
+	}
+	if tk, err = tools.NewToolkit(all...); err != nil {
+		return nil, mcpFailures, invalid(toolnexusv1alpha1.ReasonInvalidTool, err)
+	}
+	for server, err := range failed {
+		tk.Unreachable(server, err)
+	}
+	return tk, mcpFailures, nil
+}
+
+// gateHooks turns spec.approvals into the BeforeTool hook that raises approval requests.
+func gateHooks(approvals []toolnexusv1alpha1.ApprovalGate) (loop.Hooks, error) {
+	if len(approvals) == 0 {
+		return loop.Hooks{}, nil
+	}
+	specs := make([]tools.GateSpec, len(approvals))
+	for i, a := range approvals {
+		specs[i] = tools.GateSpec{Tools: a.Tools, When: a.When, Prompt: a.Prompt}
+	}
+	gates, err := tools.NewGates(specs)
+	if err != nil {
+		return loop.Hooks{}, fmt.Errorf("spec.approvals: %w", err)
+	}
+	return loop.Hooks{BeforeTool: func(_ context.Context, ev loop.BeforeToolEvent) (*loop.ToolOverride, error) {
+		raw, err := json.Marshal(ev.Args)
+		if err != nil {
+			return nil, err
+		}
+		req, err := gates.Check(ev.Name, ev.Args, ev.ID, string(raw))
+		if errors.Is(err, tools.ErrPromptRender) {
+			// The run ends InvalidSpec: no call of this gate could be shown.
+			return nil, invalid(toolnexusv1alpha1.ReasonInvalidApproval, err)
+		}
+		if req == nil {
+			return nil, err
+		}
+		if err != nil {
+			// A `when` that cannot be evaluated requires approval; the approver sees why.
+			req.Data["whenError"] = err.Error()
+		}
+		res := tools.Pending(*req)
+		return &loop.ToolOverride{Result: &res}, nil
+	}}, nil
+}
+
+// jsonObject decodes an optional JSON object field; nil or non-object JSON gives nil.
+func jsonObject(j *apiextensionsv1.JSON) map[string]any {
+	if j == nil {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal(j.Raw, &m) != nil {
+		return nil
+	}
+	return m
+}
+
+// SuspensionTimeout is how long the requests of a spec with policy p wait before they expire; 0
+// is forever.
+func SuspensionTimeout(p *toolnexusv1alpha1.SuspensionPolicy) time.Duration {
+	if p == nil {
+		return 0
+	}
+	return durationOr(p.Timeout, 0)
+}
+
+// durationOr returns d, or def when d is unset.
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
+}
