@@ -7,13 +7,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/wire"
 )
 
 // MaxShownArguments bounds the arguments of a call that waits for an answer: its answerer must see
 // them whole (a PendingRequest shows at most this much), since the retry runs with exactly them.
-const MaxShownArguments = 64 << 10
+const MaxShownArguments = wire.MaxArgumentsBytes
 
 // execution is what executing one call produced; runCalls applies it to the state afterwards, so
 // the goroutines never write to the state.
@@ -80,8 +82,8 @@ func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]
 }
 
 // suspend returns call parked on the suspension o raised, or false when o is a result: o did not
-// suspend, or suspending is not allowed (a retry that suspends again is unresolved, and a call
-// whose arguments its answerer could not see whole cannot wait).
+// suspend, or suspending is not allowed (a retry that suspends again is unresolved, and a
+// suspension no PendingRequest could hold cannot wait, see holdable).
 func (c *Client) suspend(call *Call, o *execution) (Call, bool) {
 	req := tools.PendingOf(o.result)
 	if req == nil {
@@ -91,19 +93,13 @@ func (c *Client) suspend(call *Call, o *execution) (Call, bool) {
 		o.result = tools.ToolResult{Output: "unresolved: " + call.Request.Prompt, IsError: true}
 		return Call{}, false
 	}
-	args, err := json.Marshal(o.args)
-	if err == nil && len(args) > MaxShownArguments {
-		err = fmt.Errorf("its arguments (%d bytes) exceed the %d bytes an answerer can be shown", len(args), MaxShownArguments)
-	}
-	if err != nil {
-		o.result = tools.ToolResult{Output: fmt.Sprintf("%s cannot wait for an answer: %v", call.Name, err), IsError: true}
-		return Call{}, false
-	}
 	if req.ID == "" {
 		req.ID = "pending:" + call.ID // the answer must be able to echo it
 	}
-	if req.ExpiresAt == "" && c.opts.SuspensionTimeout > 0 {
-		req.ExpiresAt = c.now().Add(c.opts.SuspensionTimeout).UTC().Format(time.RFC3339)
+	args, err := c.holdable(call.Name, req, o.args)
+	if err != nil {
+		o.result = tools.ToolResult{Output: fmt.Sprintf("%s cannot wait for an answer: %v", call.Name, err), IsError: true}
+		return Call{}, false
 	}
 	next := Call{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Args: string(args),
 		Phase: PhaseSuspended, Request: req, Gated: o.gated, Approval: call.Approval}
@@ -112,6 +108,54 @@ func (c *Client) suspend(call *Call, o *execution) (Call, bool) {
 		next.Approval = call.Answer
 	}
 	return next, true
+}
+
+// holdable checks that a PendingRequest can hold the suspension req of the tool name called with
+// args, and returns the arguments as the request shows them. The API server would refuse one past
+// its bounds, and the call would never get an answer; the model is told instead. It also settles
+// req's expiry (see expiry).
+func (c *Client) holdable(name string, req *tools.Request, args map[string]any) ([]byte, error) {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > MaxShownArguments {
+		return nil, fmt.Errorf("its arguments (%d bytes) exceed the %d bytes an answerer can be shown", len(raw), MaxShownArguments)
+	}
+	if n := utf8.RuneCountInString(name); n > wire.MaxToolNameLen {
+		return nil, fmt.Errorf("its name is %d characters; at most %d fit", n, wire.MaxToolNameLen)
+	}
+	if err := req.CheckBounds(); err != nil {
+		return nil, err
+	}
+	if req.ExpiresAt, err = c.expiry(req.ExpiresAt); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+// expiry is when a suspension whose tool asked for own ("" for none) expires, in UTC RFC 3339
+// with seconds, or "" for never. A tool may shorten the run's SuspensionTimeout, never lengthen
+// it: the timeout is the run author's promise of how long a request stays answerable.
+func (c *Client) expiry(own string) (string, error) {
+	var limit time.Time
+	if c.opts.SuspensionTimeout > 0 {
+		limit = c.now().Add(c.opts.SuspensionTimeout)
+	}
+	if own == "" {
+		if limit.IsZero() {
+			return "", nil
+		}
+		return limit.UTC().Format(time.RFC3339), nil
+	}
+	t, err := time.Parse(time.RFC3339, own)
+	if err != nil {
+		return "", fmt.Errorf("its expiresAt %q is not an RFC 3339 time such as 2026-12-01T00:00:00Z", own)
+	}
+	if !limit.IsZero() && t.After(limit) {
+		t = limit
+	}
+	return t.UTC().Format(time.RFC3339), nil
 }
 
 // executeFirst runs a queued call: BeforeTool, the tool, AfterTool. A suspension, from the tool or

@@ -199,7 +199,8 @@ func TestSuspensionTimeout(t *testing.T) {
 	}{
 		{"no expiry gets now+timeout, in UTC", time.Hour, "", false, "2026-01-02T04:04:05Z"},
 		{"a gate's request too", 30 * time.Minute, "", true, "2026-01-02T03:34:05Z"},
-		{"the tool's expiry is kept", time.Hour, "2030-01-01T00:00:00Z", false, "2030-01-01T00:00:00Z"},
+		{"the tool's earlier expiry is kept", time.Hour, "2026-01-02T03:30:00Z", false, "2026-01-02T03:30:00Z"},
+		{"the tool's later expiry is cut to the timeout", time.Hour, "2030-01-01T00:00:00Z", false, "2026-01-02T04:04:05Z"},
 		{"no timeout, no expiry", 0, "", false, ""},
 	}
 	for _, tc := range cases {

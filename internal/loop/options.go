@@ -72,7 +72,8 @@ type Options struct {
 	OnEvent func(Event)
 	// Clock measures event durations and stamps expiries; nil means time.Now.
 	Clock func() time.Time
-	// SuspensionTimeout, when positive, sets the expiry of a suspension whose tool gave none.
+	// SuspensionTimeout, when positive, sets the expiry of a suspension whose tool gave none, and
+	// is the latest a tool's own expiry may be: a later one is cut to now + SuspensionTimeout.
 	SuspensionTimeout time.Duration
 	// MaxToolCallsPerTurn bounds the calls of one model turn that run; 0 means
 	// DefaultMaxToolCallsPerTurn. The others get an error result naming the limit.

@@ -17,6 +17,7 @@ import (
 	"github.com/google/cel-go/cel"
 
 	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/tools/wire"
 )
 
 // GateSpec is one approval rule (README, "Built-ins and approval gates"): calls to matching tools for which When holds are
@@ -198,7 +199,8 @@ func approvalArguments(args map[string]any, raw string) any {
 // Bounds of one prompt render (README, "Bounds and the network guard"). The template is written by the run's author and
 // the arguments by the model; text/template has neither an output bound nor a context.
 const (
-	// promptOutputLimit bounds a rendered prompt, truncation note included.
+	// promptOutputLimit bounds a rendered prompt, truncation note included. It is well within
+	// what a PendingRequest holds, so a rendered prompt never keeps a gated call from waiting.
 	promptOutputLimit = 4 << 10
 	// promptValueLimit bounds a string a function builds. It is a rune more than the output
 	// bound, so a value cut to it still overflows the output, and the cut shows as the note.
@@ -212,6 +214,10 @@ const (
 	// reaches the bounded output.
 	maxPrintfWidth = 256
 )
+
+// A byte is never fewer than one character: a rendered prompt fits a PendingRequest's prompt,
+// and this fails to compile when the render bound outgrows it.
+const _ = uint(wire.MaxPromptLen - promptOutputLimit)
 
 // ErrPromptRender marks an approval prompt that could not be rendered within its bounds, or at
 // all: the gate's spec is at fault.

@@ -151,21 +151,12 @@ func (h *httpTool) newRequest(ctx context.Context, args map[string]any, tc *Tool
 	if rest == nil {
 		rest = map[string]any{}
 	}
-	var missing []string
-	target := placeholderPattern.ReplaceAllStringFunc(h.spec.URL, func(m string) string {
-		key := m[1 : len(m)-1]
-		v, ok := args[key]
-		if !ok || v == nil {
-			missing = append(missing, m)
-			return m
-		}
+	target, used, err := fillURL(h.spec.URL, args)
+	if err != nil {
+		return nil, err
+	}
+	for _, key := range used {
 		delete(rest, key)
-		// QueryEscape escapes every reserved character, so a value can neither add a path
-		// segment nor a query parameter; %20 is the space that is valid in both places.
-		return strings.ReplaceAll(url.QueryEscape(scalarString(v)), "+", "%20")
-	})
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("missing argument for URL placeholder %s", strings.Join(missing, ", "))
 	}
 	var body io.Reader
 	if h.spec.Method == http.MethodGet || h.spec.Method == http.MethodHead {
@@ -198,6 +189,121 @@ func (h *httpTool) newRequest(ctx context.Context, args map[string]any, tc *Tool
 		req.Header.Set(AnswerHeader, base64.RawURLEncoding.EncodeToString(raw))
 	}
 	return req, nil
+}
+
+// fillURL substitutes the {placeholder}s of template from args and returns the URL and the
+// arguments it used. A value is escaped so it can add neither a path segment nor a query
+// parameter (QueryEscape escapes every reserved character; %20 is the space that is valid in both
+// places). Dots are not reserved, so a value that would make a path segment a dot segment (see
+// dotSegment) is refused: a server or a proxy resolves "/items/../view" to "/view", another
+// resource than the one the tool's author meant to expose.
+func fillURL(template string, args map[string]any) (string, []string, error) {
+	start, end := pathSpan(template)
+	// The path is filled one segment at a time, so each filled segment can be checked whole.
+	pieces := []string{template[:start]}
+	pieces = append(pieces, strings.SplitAfter(template[start:end], "/")...)
+	pieces = append(pieces, template[end:])
+	var out strings.Builder
+	var used, missing []string
+	for i, piece := range pieces {
+		var keys []string
+		filled := placeholderPattern.ReplaceAllStringFunc(piece, func(m string) string {
+			key := m[1 : len(m)-1]
+			v, ok := args[key]
+			if !ok || v == nil {
+				missing = append(missing, m)
+				return m
+			}
+			keys = append(keys, key)
+			return strings.ReplaceAll(url.QueryEscape(scalarString(v)), "+", "%20")
+		})
+		if inPath := i > 0 && i < len(pieces)-1; inPath && len(keys) > 0 && dotSegment(strings.TrimSuffix(filled, "/")) {
+			return "", nil, fmt.Errorf("%s would make a URL path segment %q or %q, which a server resolves to another path; refused",
+				argumentNames(keys), ".", "..")
+		}
+		used = append(used, keys...)
+		out.WriteString(filled)
+	}
+	if len(missing) > 0 {
+		return "", nil, fmt.Errorf("missing argument for URL placeholder %s", strings.Join(missing, ", "))
+	}
+	return out.String(), used, nil
+}
+
+// pathSpan returns where the path of an absolute URL template starts and ends: after the
+// authority, up to the query or the fragment. Placeholder names hold none of "/?#", so the
+// template's delimiters are the URL's.
+func pathSpan(template string) (start, end int) {
+	start = len(template)
+	if i := strings.Index(template, "://"); i >= 0 {
+		if j := strings.IndexAny(template[i+3:], "/?#"); j >= 0 {
+			start = i + 3 + j
+		}
+	}
+	if start == len(template) || template[start] != '/' {
+		return start, start
+	}
+	end = len(template)
+	if j := strings.IndexAny(template[start:], "?#"); j >= 0 {
+		end = start + j
+	}
+	return start, end
+}
+
+// maxDecodings is how often a filled path segment is percent-decoded when looking for a dot
+// segment: the server decodes once, and a proxy in front of it or a framework behind it may
+// decode again ("%252e%252e" is ".." to a server that decodes twice).
+const maxDecodings = 4
+
+// dotSegment reports whether a server could read the escaped path segment seg as "." or "..":
+// as it is or after up to maxDecodings percent-decodings, split at "/" (which a decoding server
+// routes by) and at "\\" (which some servers take for "/"), with a ";parameter" cut off (which
+// some servers drop before resolving the path).
+func dotSegment(seg string) bool {
+	for i := 0; ; i++ {
+		for _, part := range strings.FieldsFunc(seg, func(r rune) bool { return r == '/' || r == '\\' }) {
+			if p, _, _ := strings.Cut(part, ";"); p == "." || p == ".." {
+				return true
+			}
+		}
+		decoded := unescapeLeniently(seg)
+		if i == maxDecodings || decoded == seg {
+			return false
+		}
+		seg = decoded
+	}
+}
+
+// unescapeLeniently decodes every well-formed %XX of s and keeps the rest as it is, as the most
+// forgiving server does: a stray "%" elsewhere must not hide an encoded dot.
+func unescapeLeniently(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// argumentNames names the arguments keys for an error: argument "id", arguments "a", "b".
+func argumentNames(keys []string) string {
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
+		quoted[i] = strconv.Quote(k)
+	}
+	if len(keys) == 1 {
+		return "argument " + quoted[0]
+	}
+	return "arguments " + strings.Join(quoted, ", ")
 }
 
 func withQuery(target string, args map[string]any) string {
