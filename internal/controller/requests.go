@@ -63,7 +63,7 @@ func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1a
 			RunRef:   toolnexusv1alpha1.RunReference{Name: run.Name},
 			ToolCall: toolnexusv1alpha1.ToolCall{ID: call.ID, Name: call.Name, Arguments: call.Args},
 			Request: toolnexusv1alpha1.Request{
-				ID: req.ID, Kind: req.Kind, Prompt: truncate(req.Prompt, 16384), URL: req.URL, Data: data,
+				ID: req.ID, Kind: req.Kind, Prompt: req.Prompt, URL: req.URL, Data: data,
 				ExpiresAt: req.ExpiresAt,
 			},
 		},
