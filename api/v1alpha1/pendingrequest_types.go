@@ -62,9 +62,15 @@ type Request struct {
 	// +kubebuilder:validation:Type=object
 	Data *apiextensionsv1.JSON `json:"data,omitempty"`
 
-	// expiresAt is when the request expires (RFC 3339), from the run's spec.suspension.timeout.
+	// The rule's pattern is the shape the admission policy toolnexus-answer-rules reads; the
+	// conversion refuses a date the calendar does not have (February 30), which it lets through.
+
+	// expiresAt is when the request expires, an RFC 3339 date-time such as 2026-12-01T00:00:00Z:
+	// the run's spec.suspension.timeout, or the tool's own when that is earlier. The API server
+	// refuses an answer stamped after it, except the manager's own expiry.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$') && timestamp(self) >= timestamp('1970-01-01T00:00:00Z')",message="spec.request.expiresAt must be an RFC 3339 date-time from 1970 on, with seconds and a zone, e.g. 2026-12-01T00:00:00Z or 2026-12-01T01:00:00+01:00"
 	ExpiresAt string `json:"expiresAt,omitempty"`
 }
 

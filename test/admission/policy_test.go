@@ -320,8 +320,8 @@ var _ = Describe("Notification records", func() {
 	It("refuses an answerer who marks an event delivered, or forges the Notified condition", func() {
 		preq := newRequest(ns, "approval", nil, nil)
 		Eventually(func() error { return patchStatus(alice, preq, record) }).WithTimeout(time.Minute).
-			Should(MatchError(ContainSubstring("status.notifications records what the operator delivered")))
-		Expect(patchStatus(alice, preq, notified)).To(MatchError(ContainSubstring("the Notified condition sums up the operator's notification deliveries")))
+			Should(MatchError(ContainSubstring("status.notifications is written by the operator only")))
+		Expect(patchStatus(alice, preq, notified)).To(MatchError(ContainSubstring("status.conditions is written by the operator only")))
 		Expect(stored(preq).Status.Notifications).To(BeEmpty())
 		Expect(stored(preq).Status.Conditions).To(BeEmpty())
 	})
@@ -336,7 +336,7 @@ var _ = Describe("Notification records", func() {
 		Expect(got.Status.Conditions).To(ConsistOf(HaveField("Type", toolnexusv1alpha1.ConditionNotified)))
 
 		By("but not remove or rewrite them")
-		Expect(patchStatus(alice, preq, `{"status":{"notifications":null}}`)).To(MatchError(ContainSubstring("only the operator writes it")))
-		Expect(patchStatus(alice, preq, `{"status":{"conditions":[]}}`)).To(MatchError(ContainSubstring("only the operator writes it")))
+		Expect(patchStatus(alice, preq, `{"status":{"notifications":null}}`)).To(MatchError(ContainSubstring("status.notifications is written by the operator only")))
+		Expect(patchStatus(alice, preq, `{"status":{"conditions":[]}}`)).To(MatchError(ContainSubstring("status.conditions is written by the operator only")))
 	})
 })

@@ -162,7 +162,7 @@ var _ = Describe("config/default", Ordered, func() {
 		Expect(find(objs, "CustomResourceDefinition", "pendingrequests.toolnexus.dev")).NotTo(BeNil())
 		Expect(find(objs, "ValidatingAdmissionPolicy", "toolnexus-answer-rules")).NotTo(BeNil())
 		Expect(find(objs, "MutatingAdmissionPolicy", "toolnexus-answer-stamp")).NotTo(BeNil())
-		Expect(find(objs, "ValidatingAdmissionPolicy", "toolnexus-notify-records")).NotTo(BeNil())
+		Expect(find(objs, "ValidatingAdmissionPolicy", "toolnexus-status-owner")).NotTo(BeNil())
 		Expect(find(objs, "ClusterRoleBinding", "toolnexus-manager-rolebinding")).NotTo(BeNil())
 		Expect(find(objs, "ClusterRole", "toolnexus-metrics-reader")).NotTo(BeNil())
 		Expect(find(objs, "ClusterRoleBinding", "toolnexus-metrics-auth-rolebinding")).NotTo(BeNil())
