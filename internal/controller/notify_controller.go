@@ -64,14 +64,15 @@ type NotifyReconciler struct {
 
 // Why each permission is there:
 //   - pendingrequests get/list/watch: requests are the notifier's work queue.
-//   - pendingrequests/status notify: "notify" is no Kubernetes verb: the admission policy
-//     toolnexus-notify-records lets only its holders write status.notifications and the Notified
-//     condition, so no answerer can mark an event delivered that was not.
+//   - pendingrequests/status patch: status.notifications and the Notified condition. The admission
+//     policy toolnexus-status-owner lets only holders of the custom verb "manage" (config/rbac
+//     status_owner_role.yaml, bound to the manager) write status beyond the answer, so no answerer
+//     can mark an event delivered that was not.
 //   - secrets get: a sink's urlFrom and header valueFrom, read at every attempt.
 //   - events create/patch: NotificationFailed on the request (granted with the run controller's).
 //
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests,verbs=get;list;watch
-// +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests/status,verbs=get;patch;notify
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // Reconcile starts the attempts that are due, writes the deliveries that finished, and sets the

@@ -107,7 +107,7 @@ var _ = BeforeSuite(func() {
 		{"carol", []string{approverGroup}, "patch"},
 		{managerUser, managerGroups, "patch"},
 		{managerUser, managerGroups, "expire"},
-		{managerUser, managerGroups, "notify"},
+		{managerUser, managerGroups, "manage"},
 	} {
 		Eventually(func() (bool, error) {
 			return mayWriteStatus(grant.user, grant.groups, grant.verb, ns)
