@@ -16,6 +16,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/looptest"
@@ -124,6 +125,11 @@ var _ = Describe("Hostile inputs", func() {
 		Expect(zw.Close()).To(Succeed())
 		rec.Data = bomb.Bytes()
 		Expect(admin.Update(ctx, rec)).To(Succeed())
+		// The manager reads a record it saw from the API server's watch cache (docs/design.md): wait
+		// until the cache holds the bomb, as it does a moment after any write, so that the answer
+		// below meets the damaged record and not the one just replaced.
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(rec), &toolnexusv1alpha1.AgentRunRecord{},
+			&client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: rec.ResourceVersion}})).To(Succeed())
 		peak := sampleHeap()
 		approve(preq)
 		Eventually(succeeded(run), eventually).Should(Equal("False/" + toolnexusv1alpha1.ReasonTranscriptCorrupt))
