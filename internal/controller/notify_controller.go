@@ -112,8 +112,9 @@ func (r *NotifyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return r.attempts.snapshot(req.NamespacedName, attemptKey{uid: preq.UID, sink: d.sink.Name, event: d.event})
 	})
 	if !equality.Semantic.DeepEqual(before.Status, preq.Status) {
-		// The run's controller writes the same conditions list: the lock keeps either from
-		// dropping the other's condition with a stale copy.
+		// The run's controller writes the same conditions list, without a lock (its patches carry
+		// Answered and Resolved whole): this lock keeps the notifier's stale copy from dropping
+		// them, and the notifier re-asserts Notified whenever one of the run's patches drops it.
 		err := r.Status().Patch(ctx, preq, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 		switch {
 		case apierrors.IsConflict(err):
