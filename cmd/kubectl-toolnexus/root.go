@@ -25,7 +25,10 @@ type options struct {
 	namespace string
 }
 
+// newRootCommand builds the plugin's commands, printing to out and errOut through
+// printableWriter: nothing a model or a tool wrote reaches the terminal raw.
 func newRootCommand(out, errOut io.Writer) *cobra.Command {
+	out, errOut = printableWriter{out}, printableWriter{errOut}
 	o := &options{config: genericclioptions.NewConfigFlags(true), out: out, errOut: errOut}
 	root := &cobra.Command{
 		Use:   "kubectl-toolnexus",
