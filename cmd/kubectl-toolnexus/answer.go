@@ -217,10 +217,16 @@ func (o *options) sendAnswer(ctx context.Context, pr *toolnexusv1alpha1.PendingR
 	}
 }
 
-// replaced is the refusal of an answer bound to another object than the request now named so.
+// replacedError refuses an answer bound to another object than the request now named so.
+type replacedError struct{ name, namespace string }
+
+func (e *replacedError) Error() string {
+	return fmt.Sprintf("PendingRequest %s was replaced since you saw it; review it with `kubectl toolnexus show %s -n %s` and answer again",
+		e.name, e.name, e.namespace)
+}
+
 func replaced(pr *toolnexusv1alpha1.PendingRequest) error {
-	return fmt.Errorf("PendingRequest %s was replaced since you saw it; review it with `kubectl toolnexus show %s -n %s` and answer again",
-		pr.Name, pr.Name, pr.Namespace)
+	return &replacedError{name: pr.Name, namespace: pr.Namespace}
 }
 
 func describeAnswer(a *toolnexusv1alpha1.Answer) string {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -135,5 +137,32 @@ func TestSendAnswerGivesUpOnConflictsThatDoNotEnd(t *testing.T) {
 	err := o.sendAnswer(t.Context(), pr.DeepCopy(), toolnexusv1alpha1.Answer{OK: true})
 	if err == nil || !strings.Contains(err.Error(), "the API server refused the answer") || patches != maxAnswerConflicts+1 {
 		t.Fatalf("err = %v after %d patches, want a refusal after %d", err, patches, maxAnswerConflicts+1)
+	}
+}
+
+// The inbox's form names the request its page showed; one replaced between the inbox's read and
+// its write is refused as one replaced before: 409, nothing answered.
+func TestInboxRefusesARequestReplacedWhileItAnswers(t *testing.T) {
+	pr := openRequest("the-old-one")
+	c := answerClient(t, pr, func(ctx context.Context, c client.Client, obj client.Object, _ client.Patch) error {
+		current := &toolnexusv1alpha1.PendingRequest{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), current); err != nil || current.UID != "the-old-one" {
+			return err
+		}
+		if err := c.Delete(ctx, current); err != nil {
+			return err
+		}
+		return c.Create(ctx, openRequest("the-new-one"))
+	})
+	h := newInbox(&options{client: c}, c, "").routes()
+	r := httptest.NewRequest("POST", "/requests/team/pay-1-call-0-0", strings.NewReader("action=approve&uid=the-old-one"))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "was replaced since you saw it") {
+		t.Fatalf("answering a request replaced meanwhile: %d %q, want 409 saying it was replaced", w.Code, w.Body)
+	}
+	if a := storedAnswer(t, c).Status.Answer; a != nil {
+		t.Fatalf("the new request was answered: %+v", a)
 	}
 }

@@ -256,8 +256,12 @@ func (in *inbox) stream(w http.ResponseWriter, r *http.Request, wants func(clien
 	}
 }
 
-// statusOf is the HTTP status an API server error came with; 502 for any other failure.
+// statusOf is the HTTP status an API server error came with, 409 for a request replaced since
+// the page was shown, and 502 for any other failure.
 func statusOf(err error) int {
+	if replaced := (*replacedError)(nil); errors.As(err, &replaced) {
+		return http.StatusConflict
+	}
 	var status apierrors.APIStatus
 	if errors.As(err, &status) && status.Status().Code >= 400 {
 		return int(status.Status().Code)
