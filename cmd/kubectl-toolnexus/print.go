@@ -94,9 +94,10 @@ func printableYAML(data []byte) ([]byte, error) {
 	if err := yamlv3.Unmarshal(data, &doc); err != nil {
 		return nil, err
 	}
-	if !restyle(&doc) {
+	if !unprintable(&doc) {
 		return yaml.JSONToYAML(data)
 	}
+	restyle(&doc)
 	var b bytes.Buffer
 	enc := yamlv3.NewEncoder(&b)
 	enc.SetIndent(2)
@@ -110,25 +111,35 @@ func printableYAML(data []byte) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// unprintable reports whether a string scalar of n, keys included, holds a character Printable
+// escapes.
+func unprintable(n *yamlv3.Node) bool {
+	if n.Kind == yamlv3.ScalarNode && n.Tag == "!!str" && notify.Printable(n.Value) != n.Value {
+		return true
+	}
+	for _, c := range n.Content {
+		if unprintable(c) {
+			return true
+		}
+	}
+	return false
+}
+
 // restyle gives n, read from JSON, the block style kubectl prints, with every string scalar that
-// Printable would change (keys included) double-quoted, and reports whether there was one. A
-// string that kubectl's YAML quotes (no, on, 123: another type to a YAML 1.1 reader) is quoted
-// too.
-func restyle(n *yamlv3.Node) bool {
+// holds such a character double-quoted; so is a string that kubectl's YAML quotes (no, on, 123:
+// another type to a YAML 1.1 reader).
+func restyle(n *yamlv3.Node) {
 	n.Style = 0
-	quoted := false
 	if n.Kind == yamlv3.ScalarNode && n.Tag == "!!str" {
 		if notify.Printable(n.Value) != n.Value {
 			n.Style = yamlv3.DoubleQuotedStyle
-			quoted = true
 		} else if out, err := yaml.Marshal(n.Value); err == nil && len(out) > 0 && (out[0] == '"' || out[0] == '\'') {
 			n.Style = yamlv3.DoubleQuotedStyle
 		}
 	}
 	for _, c := range n.Content {
-		quoted = restyle(c) || quoted
+		restyle(c)
 	}
-	return quoted
 }
 
 // table writes aligned columns, as kubectl get does.
