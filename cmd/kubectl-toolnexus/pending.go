@@ -41,7 +41,9 @@ func newPendingCommand(o *options) *cobra.Command {
 		Use:   "pending",
 		Short: "List the PendingRequests that wait for an answer",
 		Long: `List the open PendingRequests: those without status.answer that were not cancelled.
-Answered, expired and cancelled requests are left out; kubectl get preq lists them all.`,
+Answered, expired and cancelled requests are left out; kubectl get preq lists them all. Review one
+with kubectl toolnexus show NAME before answering it: it shows the tool call and its arguments, and
+prints the commands that answer that request and no other one opened under its name later.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.runPending(cmd.Context())
