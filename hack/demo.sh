@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # make demo: the operator's story in one command. Brings up the local stack of `make dev` in the
 # background (or uses the one `make dev` is already running), then: an agent run asks for
-# approval, parks on a PendingRequest, a non-approver is refused, the approver answers with
-# kubectl patch, and the run finishes. Exits non-zero as soon as a step fails; tears down what it
-# started.
+# approval and parks on a PendingRequest; a non-approver's answer is refused by the API server;
+# the approver reviews the request with kubectl toolnexus show and pastes the command it prints,
+# bound to the request's uid; the run finishes. Exits non-zero as soon as a step fails; tears down
+# what it started.
+#
+# Every command it prints ($ ...) is the text it runs: pasted from the repository into a shell
+# that ran the printed export line, it works the same (the e2e test TestPrintedCommands pastes
+# them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source hack/lib/stack.sh
@@ -13,14 +18,26 @@ source hack/lib/stack.sh
 ns=toolnexus-demo-$(date +%Y%m%d-%H%M%S)
 step=0
 step() { step=$((step + 1)); printf '\n\033[1;36m%d. %s\033[0m\n' "$step" "$*"; }
-show() { # show CMD...: prints it (with short paths), then runs it
-	local line="$*"
-	printf '\033[2m$ %s\033[0m\n' "${line//$dev/.dev}"
-	"$@"
+# cmdline CMD...: the command as a person pastes it, words quoted where they must be and paths
+# relative to the repository.
+cmdline() {
+	local line="" word
+	for word; do line+="${line:+ }$(shquote "$word")"; done
+	printf %s "${line//"$root/"/}"
+}
+print_cmd() { printf '\033[2m$ %s\033[0m\n' "$1"; }
+# run CMD...: prints the command, then runs exactly the text printed.
+run() {
+	local line
+	line=$(cmdline "$@")
+	print_cmd "$line"
+	eval "$line"
 }
 
 if [ -f "$dev/ready" ] && port_busy "$MODEL_ADDR" && port_busy "$PROBE_ADDR"; then
 	assets=$("$root/hack/controlplane.sh")
+	go build -o "$bin/" ./cmd/kubectl-toolnexus || die "go build failed"
+	stack_env
 	export KUBECONFIG="$dev/kubeconfig"
 	model_setup
 	say "Using the stack 'make dev' is running"
@@ -31,43 +48,57 @@ else
 fi
 alice="$dev/kubeconfig-alice"
 bob="$dev/kubeconfig-bob"
-kubectl() { "$assets/kubectl" -n "$ns" "$@"; }
+printf '\nEvery command below works pasted as printed, from %s, in a shell that ran:\n  %s\n' "$root" "$(env_line)"
 
 step "A fresh namespace, with the Secret the sample's apiKeySecretRef names"
-show kubectl create namespace "$ns"
+run kubectl create namespace "$ns"
 ensure_llm_secret "$ns"
+printf '\033[2m(the Secret llm holds the model key: given on stdin, not printed)\033[0m\n'
 
 step "Apply an AgentRun: buy a GPU with a tool that needs spend approval (model: $model_desc)"
-show kubectl apply -f config/samples/approval-tool.yaml
+run kubectl -n "$ns" apply -f "$samples/approval-tool.yaml"
 
 step "The tool asks for approval: the run suspends"
-show kubectl wait --for=condition=Suspended ar/buy-gpu --timeout=120s
-show kubectl get ar buy-gpu
+run kubectl -n "$ns" wait --for=condition=Suspended ar/buy-gpu --timeout=120s
+run kubectl -n "$ns" get ar buy-gpu
 
 step "The suspended tool call is a PendingRequest"
-preq=$(kubectl get preq -l toolnexus.dev/run=buy-gpu -o jsonpath='{.items[0].metadata.name}')
-[ -n "$preq" ] || die "no PendingRequest for buy-gpu"
-show kubectl get preq
-show kubectl describe preq "$preq"
+preq=$(kubectl -n "$ns" get ar buy-gpu -o jsonpath='{.status.pending[0].name}')
+[ -n "$preq" ] || die "buy-gpu lists no PendingRequest"
+run kubectl -n "$ns" wait --for=create "preq/$preq" --timeout=60s
+run kubectl -n "$ns" get preq
+# Read before alice reviews it: what is approved must be the object she saw.
+uid=$(kubectl -n "$ns" get preq "$preq" -o jsonpath='{.metadata.uid}')
 
 if [ -d "$root/config/policies" ]; then
 	step "bob is not an approver of this run: the API server refuses his answer"
-	printf '\033[2m$ kubectl --kubeconfig .dev/kubeconfig-bob patch preq %s --subresource=status ...\033[0m\n' "$preq"
-	if kubectl --kubeconfig "$bob" patch preq "$preq" --subresource=status --type=merge -p '{"status":{"answer":{"ok":true}}}'; then
+	if run kubectl --kubeconfig "$bob" -n "$ns" patch preq "$preq" --subresource=status --type=merge \
+		-p "{\"status\":{\"answer\":{\"ok\":true,\"requestUID\":\"$uid\"}}}"; then
 		die "bob's answer was accepted; the approver policy (config/policies) should have refused it"
 	fi
 fi
 
-step "alice approves it: the answer is a status patch"
-show kubectl --kubeconfig "$alice" patch preq "$preq" --subresource=status --type=merge -p '{"status":{"answer":{"ok":true}}}'
-show kubectl get preq "$preq" -o jsonpath='answeredBy={.status.answeredBy} answeredAt={.status.answeredAt}{"\n"}'
+step "alice reviews it: the tool call, its arguments, its uid and the commands that answer it"
+line=$(cmdline kubectl toolnexus show "$preq" -n "$ns")
+print_cmd "$line"
+shown=$(eval "$line")
+printf '%s\n' "$shown"
+grep -q "^UID: *$uid\$" <<<"$shown" || die "show printed another request than the one read (uid $uid)"
+
+step "alice pastes the approve command show printed: an answer bound to the request she saw"
+approve=$(sed -n 's/^ *\(kubectl toolnexus approve .*\)$/\1/p' <<<"$shown")
+[ -n "$approve" ] || die "show printed no approve command"
+line="$approve $(cmdline --kubeconfig "$alice")"
+print_cmd "$line"
+eval "$line"
+run kubectl -n "$ns" get preq "$preq" -o jsonpath='answeredBy={.status.answeredBy} requestUID={.status.answer.requestUID}{"\n"}'
 
 step "The tool is called again with the answer attached, and the run finishes"
-show kubectl wait --for=condition=Succeeded ar/buy-gpu --timeout=120s
-show kubectl get ar buy-gpu
+run kubectl -n "$ns" wait --for=condition=Succeeded ar/buy-gpu --timeout=120s
+run kubectl -n "$ns" get ar buy-gpu
 
 step "The run's final text"
-text=$(kubectl get ar buy-gpu -o jsonpath='{.status.text}')
+text=$(kubectl -n "$ns" get ar buy-gpu -o jsonpath='{.status.text}')
 printf '%s\n' "$text"
 [ -n "$text" ] || die "the run has no status.text"
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,11 +20,25 @@ const fieldManager = "kubectl-toolnexus"
 
 // answerFlags are the flags of approve, decline and answer.
 type answerFlags struct {
+	uid     string
 	wait    bool
 	timeout time.Duration
 }
 
+// boundAnswerHelp is what approve, decline and answer say about --uid.
+const boundAnswerHelp = `
+The answer is bound to one PendingRequest object, not to its name (status.answer.requestUID):
+a run deleted and created again under its name opens a new request of the same name, maybe
+with other arguments, and an answer bound to the old one is refused. With --uid UID, the
+metadata.uid of the request you reviewed (kubectl toolnexus show prints it, and the commands
+that answer it; so do the Slack messages, the CloudEvents and the inbox), the answer is given
+only if the request is still that one; otherwise nothing is written and the command fails
+saying the request was replaced. Without --uid, the answer binds to the request as this
+command reads it: one replaced between that read and the write is refused, but nothing ties
+the answer to what you reviewed earlier, so paste the command show printed.`
+
 func (f *answerFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.uid, "uid", "", "The metadata.uid of the request you reviewed; refused if the request was replaced since (show prints it).")
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "Then follow the run until it suspends again or finishes, and print its phase.")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Minute, "How long --wait waits; 0 waits forever.")
 }
@@ -35,7 +50,10 @@ func newApproveCommand(o *options) *cobra.Command {
 		Short: "Approve a PendingRequest (answer ok: true), e.g. an approval or a completed login",
 		Long: `Approve a PendingRequest: its answer becomes {"ok": true}. The run re-executes the suspended
 tool call once with the answer attached. Requests of kind input, question and tool_call need a
-result: use answer instead.`,
+result: use answer instead.
+` + boundAnswerHelp,
+		Example: `  kubectl toolnexus show buy-gpu-1-call-1
+  kubectl toolnexus approve buy-gpu-1-call-1 --uid 0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.runAnswer(cmd.Context(), args[0], toolnexusv1alpha1.Answer{OK: true}, "approved", f)
@@ -51,7 +69,11 @@ func newDeclineCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "decline NAME",
 		Short: "Decline a PendingRequest (answer ok: false); the model is told",
-		Args:  cobra.ExactArgs(1),
+		Long: `Decline a PendingRequest: its answer becomes {"ok": false, "reason": REASON}. The tool call is
+not executed; the model is told it was declined, with the reason.
+` + boundAnswerHelp,
+		Example: `  kubectl toolnexus decline buy-gpu-1-call-1 --uid 0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f --reason "over budget"`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.runAnswer(cmd.Context(), args[0], toolnexusv1alpha1.Answer{OK: false, Reason: reason}, "declined", f)
 		},
@@ -70,9 +92,10 @@ func newAnswerCommand(o *options) *cobra.Command {
 		Long: `Answer a PendingRequest with a result the tool can use:
   --output TEXT  sets data.output, what an input request needs;
   --data JSON    sets data to a JSON object: the fields of a form (an input request with a
-                 schema), the answers of a question, or the results of a tool_call request.`,
-		Example: `  kubectl toolnexus answer deploy-1-call-1 --output staging
-  kubectl toolnexus answer survey-1-call-1 --data '{"output":"blue"}'`,
+                 schema), the answers of a question, or the results of a tool_call request.
+` + boundAnswerHelp,
+		Example: `  kubectl toolnexus answer deploy-1-call-1 --uid 0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f --output staging
+  kubectl toolnexus answer survey-1-call-1 --uid 7d1f3b2a-9c4e-4f6a-8b2d-3e5f7a9c1b4d --data '{"output":"blue"}'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ans := toolnexusv1alpha1.Answer{OK: true}
@@ -110,7 +133,13 @@ func dataAnswer(raw string) (toolnexusv1alpha1.Answer, error) {
 func (o *options) runAnswer(ctx context.Context, name string, ans toolnexusv1alpha1.Answer, verb string, f *answerFlags) error {
 	pr := &toolnexusv1alpha1.PendingRequest{}
 	if err := o.client.Get(ctx, client.ObjectKey{Namespace: o.namespace, Name: name}, pr); err != nil {
+		if apierrors.IsNotFound(err) && f.uid != "" {
+			return fmt.Errorf("PendingRequest %s was deleted since you saw it (uid %s): %w", name, f.uid, err)
+		}
 		return err
+	}
+	if f.uid != "" && string(pr.UID) != f.uid {
+		return replaced(pr)
 	}
 	if err := o.sendAnswer(ctx, pr, ans); err != nil {
 		return err
@@ -128,30 +157,76 @@ func (o *options) runAnswer(ctx context.Context, name string, ans toolnexusv1alp
 	return o.printRunState(run)
 }
 
+// maxAnswerConflicts bounds how often sendAnswer reads the request again because the manager
+// wrote it (a condition, the notification record) between the read and the answer.
+const maxAnswerConflicts = 5
+
+// errReplacedByAPIServer is what the API server's admission policy says when an answer's
+// requestUID is not the request's metadata.uid.
+const errReplacedByAPIServer = "was deleted and replaced"
+
 // sendAnswer sets the request's status.answer with a merge patch of the status subresource, the
-// patch `kubectl patch preq NAME --subresource=status --type=merge` sends. The API server stamps
+// patch `kubectl patch preq NAME --subresource=status --type=merge` sends, bound to pr, the
+// request as read: answer.requestUID is its uid (the API server refuses the answer for any other
+// request of the name), and the patch carries the resourceVersion read, so that the API server
+// applies it only to the object read. A conflict means the object changed since: it is read
+// again, and answered if it is still pr's request and still open. The API server stamps
 // answeredBy and answeredAt and enforces who may answer; its refusal is returned as it gave it.
 func (o *options) sendAnswer(ctx context.Context, pr *toolnexusv1alpha1.PendingRequest, ans toolnexusv1alpha1.Answer) error {
-	if prev := pr.Status.Answer; prev != nil {
-		return fmt.Errorf("pendingrequests.toolnexus.dev %q is already answered (%s by %s); an answer cannot be changed",
-			pr.Name, describeAnswer(prev), orUnknown(pr.Status.AnsweredBy))
-	}
-	if pr.Status.Phase == toolnexusv1alpha1.RequestPhaseCancelled {
-		return fmt.Errorf("pendingrequests.toolnexus.dev %q was cancelled; there is nothing to answer", pr.Name)
-	}
-	// The id pins the answer to this request: the API server refuses it for any other.
-	ans.ID = pr.Spec.Request.ID
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"answer": ans}})
-	if err != nil {
-		return err
-	}
-	if err := o.client.Status().Patch(ctx, pr, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager)); err != nil {
-		if apierrors.IsNotFound(err) {
+	uid := pr.UID
+	for conflicts := 0; ; conflicts++ {
+		if pr.UID != uid {
+			return replaced(pr)
+		}
+		if prev := pr.Status.Answer; prev != nil {
+			return fmt.Errorf("pendingrequests.toolnexus.dev %q is already answered (%s by %s); an answer cannot be changed",
+				pr.Name, describeAnswer(prev), orUnknown(pr.Status.AnsweredBy))
+		}
+		if pr.Status.Phase == toolnexusv1alpha1.RequestPhaseCancelled {
+			return fmt.Errorf("pendingrequests.toolnexus.dev %q was cancelled; there is nothing to answer", pr.Name)
+		}
+		// The id pins the answer to the suspension, the uid to the object.
+		ans.ID, ans.RequestUID = pr.Spec.Request.ID, string(uid)
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": pr.ResourceVersion},
+			"status":   map[string]any{"answer": ans},
+		})
+		if err != nil {
 			return err
 		}
-		return fmt.Errorf("the API server refused the answer: %w", err)
+		err = o.client.Status().Patch(ctx, pr, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager))
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsConflict(err) && conflicts < maxAnswerConflicts:
+			key := client.ObjectKeyFromObject(pr)
+			pr = &toolnexusv1alpha1.PendingRequest{}
+			if err := o.client.Get(ctx, key, pr); err != nil {
+				if apierrors.IsNotFound(err) {
+					return fmt.Errorf("PendingRequest %s was deleted since you saw it (uid %s): %w", key.Name, uid, err)
+				}
+				return err
+			}
+		case apierrors.IsNotFound(err):
+			return err
+		case strings.Contains(err.Error(), errReplacedByAPIServer):
+			return replaced(pr)
+		default:
+			return fmt.Errorf("the API server refused the answer: %w", err)
+		}
 	}
-	return nil
+}
+
+// replacedError refuses an answer bound to another object than the request now named so.
+type replacedError struct{ name, namespace string }
+
+func (e *replacedError) Error() string {
+	return fmt.Sprintf("PendingRequest %s was replaced since you saw it; review it with `kubectl toolnexus show %s -n %s` and answer again",
+		e.name, e.name, e.namespace)
+}
+
+func replaced(pr *toolnexusv1alpha1.PendingRequest) error {
+	return &replacedError{name: pr.Name, namespace: pr.Namespace}
 }
 
 func describeAnswer(a *toolnexusv1alpha1.Answer) string {

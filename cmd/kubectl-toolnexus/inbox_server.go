@@ -18,13 +18,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/notify"
 )
 
 //go:embed inbox
 var inboxFiles embed.FS
 
+// inboxTemplates render the pages. What a request holds is shown through text (or prepared with
+// notify.Printable in Go): its controls and bidi characters escaped visibly, then HTML-escaped by
+// html/template. Form values that are sent back (an option, a default) keep their bytes.
 var inboxTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 	"join": strings.Join,
+	"text": notify.Printable,
 }).ParseFS(inboxFiles, "inbox/*.html"))
 
 const (
@@ -251,8 +256,12 @@ func (in *inbox) stream(w http.ResponseWriter, r *http.Request, wants func(clien
 	}
 }
 
-// statusOf is the HTTP status an API server error came with; 502 for any other failure.
+// statusOf is the HTTP status an API server error came with, 409 for a request replaced since
+// the page was shown, and 502 for any other failure.
 func statusOf(err error) int {
+	if replaced := (*replacedError)(nil); errors.As(err, &replaced) {
+		return http.StatusConflict
+	}
 	var status apierrors.APIStatus
 	if errors.As(err, &status) && status.Status().Code >= 400 {
 		return int(status.Status().Code)

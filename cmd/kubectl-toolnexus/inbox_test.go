@@ -260,6 +260,43 @@ func TestRequestPageEscapes(t *testing.T) {
 	}
 }
 
+// A page is read like a terminal: a bidi override in a prompt, a tool's name or a question
+// reorders what the approver reads, and a control is shown, not passed on.
+func TestRequestPageShowsControlsAndBidiEscaped(t *testing.T) {
+	pr := request("question", `{"questions":[{"question":"Pay \u202e0001?","header":"\u2066h","options":["yes \u202e","no"]}]}`)
+	pr.Name, pr.Namespace = "r", "ns"
+	pr.Spec.Request.Prompt = "Approve \x1b[8mhidden\x1b[0m \u202e0001 \u009b"
+	pr.Spec.ToolCall.Name = "pay\u202e"
+	pr.Spec.ToolCall.Arguments = `{"amount":"\u202e0001"}`
+	scheme, err := testenv.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pr).Build()
+	in := newInbox(&options{client: c}, c, "")
+	v := in.requestView(t.Context(), client.ObjectKeyFromObject(pr), "")
+	if v.Request == nil {
+		t.Fatalf("the request is missing: %s", v.Missing)
+	}
+	var b strings.Builder
+	if err := inboxTemplates.ExecuteTemplate(&b, "request.html", v); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	// The option is sent back as the tool offered it; everything the page shows is escaped.
+	page = strings.Replace(page, `value="yes `+"\u202e"+`"`, `value="yes"`, 1)
+	for _, bad := range []string{"\x1b", "\u202e", "\u2066", "\u009b"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the page holds %q raw", bad)
+		}
+	}
+	for _, want := range []string{`Approve \x1b[8mhidden\x1b[0m \u202e0001 \u009b`, `pay\u202e`, `Pay \u202e0001?`, `yes \u202e`, `&#34;\u202e0001&#34;`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page does not show %s", want)
+		}
+	}
+}
+
 // An inbox started with -n serves the requests of that namespace only, whatever the URL says.
 func TestInboxKeepsToItsNamespace(t *testing.T) {
 	h := newInbox(&options{}, nil, "team-a").routes()
@@ -339,7 +376,8 @@ func TestAnswerNeedsTheRequestThePageShowed(t *testing.T) {
 	if w := post("the-new-one"); w.Code != http.StatusSeeOther {
 		t.Fatalf("answering from its own page: %d %q, want 303", w.Code, w.Body)
 	}
-	if a := answer(); a == nil || !a.OK {
-		t.Fatalf("the request's answer is %+v, want ok: true", a)
+	// The patch binds the answer to the object the page showed, for the API server to check too.
+	if a := answer(); a == nil || !a.OK || a.RequestUID != "the-new-one" {
+		t.Fatalf("the request's answer is %+v, want ok: true bound to uid the-new-one", a)
 	}
 }

@@ -11,10 +11,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/notify"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
-// requestRow is what the list shows of an open request.
+// requestRow is what the list shows of an open request, as text that shows what it holds: a
+// bidi override in a prompt or arguments would reorder the page as it does a terminal, so the
+// fields are escaped as the plugin's printers escape them (html/template then escapes HTML).
 type requestRow struct {
 	Namespace, Name, Run, Kind, Prompt, Tool, Arguments, Approvers, Age, Expires, Href string
 }
@@ -40,11 +43,12 @@ func (in *inbox) list(ctx context.Context) map[string]any {
 
 func (in *inbox) row(pr *toolnexusv1alpha1.PendingRequest) requestRow {
 	now := in.now()
+	l := notify.PrintableLine
 	return requestRow{
-		Namespace: pr.Namespace, Name: pr.Name, Run: pr.Spec.RunRef.Name, Kind: pr.Spec.Request.Kind,
-		Prompt: oneLine(pr.Spec.Request.Prompt, 200), Tool: pr.Spec.ToolCall.Name, Arguments: oneLine(pr.Spec.ToolCall.Arguments, 120),
-		Approvers: approversText(pr.Spec.Approvers), Age: age(pr.CreationTimestamp, now),
-		Expires: expiresText(pr.Spec.Request.ExpiresAt, now),
+		Namespace: pr.Namespace, Name: pr.Name, Run: l(pr.Spec.RunRef.Name), Kind: l(pr.Spec.Request.Kind),
+		Prompt: l(oneLine(pr.Spec.Request.Prompt, 200)), Tool: l(pr.Spec.ToolCall.Name), Arguments: l(oneLine(pr.Spec.ToolCall.Arguments, 120)),
+		Approvers: l(approversText(pr.Spec.Approvers)), Age: age(pr.CreationTimestamp, now),
+		Expires: l(expiresText(pr.Spec.Request.ExpiresAt, now)),
 		Href:    "/requests/" + pr.Namespace + "/" + pr.Name,
 	}
 }
@@ -110,12 +114,12 @@ func (in *inbox) requestView(ctx context.Context, key client.ObjectKey, errMsg s
 		return v
 	}
 	v.Request, v.Row, v.Open = pr, in.row(pr), isOpen(pr)
-	v.Arguments = prettyJSON(pr.Spec.ToolCall.Arguments, "")
+	v.Arguments = notify.Printable(prettyJSON(pr.Spec.ToolCall.Arguments, ""))
 	if d := pr.Spec.Request.Data; d != nil && len(d.Raw) > 0 && string(d.Raw) != "{}" {
-		v.Data = prettyJSON(string(d.Raw), "")
+		v.Data = notify.Printable(prettyJSON(string(d.Raw), ""))
 	}
 	if a := pr.Status.Answer; a != nil {
-		v.Answer, v.AnsweredBy = describeAnswer(a), orUnknown(pr.Status.AnsweredBy)
+		v.Answer, v.AnsweredBy = notify.PrintableLine(describeAnswer(a)), notify.PrintableLine(orUnknown(pr.Status.AnsweredBy))
 		if pr.Status.AnsweredAt != nil {
 			v.AnsweredAt = pr.Status.AnsweredAt.UTC().Format(time.RFC3339)
 		}
@@ -136,7 +140,7 @@ func (in *inbox) requestView(ctx context.Context, key client.ObjectKey, errMsg s
 	}
 	v.Run, v.RunPhase = run, runPhase(run)
 	if c := meta.FindStatusCondition(run.Status.Conditions, toolnexusv1alpha1.ConditionSucceeded); c != nil && c.Status == metav1.ConditionFalse {
-		v.RunReason = c.Reason + ": " + c.Message
+		v.RunReason = notify.Printable(c.Reason + ": " + c.Message)
 	}
 	st, err := in.o.loadTranscript(ctx, run)
 	if err != nil {
@@ -147,6 +151,6 @@ func (in *inbox) requestView(ctx context.Context, key client.ObjectKey, errMsg s
 	if err := printTranscript(&b, run, st); err != nil {
 		v.RunReadError = err.Error()
 	}
-	v.Transcript = b.String()
+	v.Transcript = notify.Printable(b.String())
 	return v
 }

@@ -18,8 +18,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
+	root := newRootCommand(os.Stdout, os.Stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		// An error may quote what a tool or a model wrote: it is printed escaped like the rest.
+		fmt.Fprintln(root.ErrOrStderr(), "Error:", err)
 		stop()
 		os.Exit(1)
 	}

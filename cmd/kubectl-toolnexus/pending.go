@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/notify"
 )
 
 // isOpen reports whether a request still waits for an answer.
@@ -40,7 +41,9 @@ func newPendingCommand(o *options) *cobra.Command {
 		Use:   "pending",
 		Short: "List the PendingRequests that wait for an answer",
 		Long: `List the open PendingRequests: those without status.answer that were not cancelled.
-Answered, expired and cancelled requests are left out; kubectl get preq lists them all.`,
+Answered, expired and cancelled requests are left out; kubectl get preq lists them all. Review one
+with kubectl toolnexus show NAME before answering it: it shows the tool call and its arguments, and
+prints the commands that answer that request and no other one opened under its name later.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.runPending(cmd.Context())
@@ -95,7 +98,11 @@ func newShowCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show NAME",
 		Short: "Show a PendingRequest: what it asks, who may answer, the tool call, and the answer",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show a PendingRequest: what it asks, who may answer, the tool call with its arguments, and
+the answer. An open request is shown with its uid and the commands that answer it, bound to that
+uid: pasted, they answer the request shown here and are refused for one opened under the same
+name since.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.runShow(cmd.Context(), args[0])
 		},
@@ -121,6 +128,7 @@ func (o *options) runShow(ctx context.Context, name string) error {
 	req := pr.Spec.Request
 	field("Name", pr.Name)
 	field("Namespace", pr.Namespace)
+	field("UID", string(pr.UID))
 	field("Run", pr.Spec.RunRef.Name)
 	field("Phase", phaseOf(pr))
 	field("Age", age(pr.CreationTimestamp, time.Now()))
@@ -151,12 +159,20 @@ func (o *options) runShow(ctx context.Context, name string) error {
 			field("  Data", prettyJSON(string(ans.Data.Raw), strings.Repeat(" ", 13)))
 		}
 		field("  Reason", ans.Reason)
+		field("  For UID", ans.RequestUID)
 		field("  By", pr.Status.AnsweredBy)
 		if pr.Status.AnsweredAt != nil {
 			field("  At", pr.Status.AnsweredAt.UTC().Format(time.RFC3339))
 		}
+	} else if isOpen(pr) {
+		// The commands carry the uid shown above: pasted, they answer this request and no other
+		// one opened under its name since.
+		b.WriteString("  none yet; answer this request (uid " + string(pr.UID) + ") with:\n")
+		for _, c := range notify.Commands(req.Kind, pr.Namespace, pr.Name, string(pr.UID)) {
+			b.WriteString("    " + c + "\n")
+		}
 	} else {
-		b.WriteString("  none yet: kubectl toolnexus approve|decline|answer " + pr.Name + "\n")
+		b.WriteString("  none\n")
 	}
 	_, err := fmt.Fprint(o.out, b.String())
 	return err

@@ -203,7 +203,11 @@ var _ = Describe("kubectl toolnexus", func() {
 			Expect(stdout).To(ContainSubstring("  Users:     alice"))
 			Expect(stdout).To(ContainSubstring("  Name:      approve_purchase"))
 			Expect(stdout).To(ContainSubstring("  Arguments: {\n               \"amount\": 1200,\n               \"item\": \"gpu\"\n             }"))
-			Expect(stdout).To(ContainSubstring("none yet: kubectl toolnexus approve|decline|answer " + preq.Name))
+			uid := string(stored(preq).UID)
+			Expect(stdout).To(ContainSubstring("UID:         " + uid + "\n"))
+			Expect(stdout).To(ContainSubstring("  none yet; answer this request (uid " + uid + ") with:\n" +
+				"    kubectl toolnexus approve " + preq.Name + " -n " + ns + " --uid " + uid + "\n" +
+				"    kubectl toolnexus decline " + preq.Name + " -n " + ns + " --uid " + uid + " --reason \"...\"\n"))
 
 			_, stderr, err = kubectlToolnexus("alice", "-n", ns, "approve", preq.Name)
 			Expect(err).NotTo(HaveOccurred(), stderr)
@@ -230,13 +234,13 @@ var _ = Describe("kubectl toolnexus", func() {
 	})
 
 	Describe("approve", func() {
-		It("sets {ok: true} pinned to the request id, as the user", func() {
+		It("sets {ok: true} pinned to the request id and bound to its uid, as the user", func() {
 			preq := newRequest(ns, "approval", approvers)
 			stdout, stderr, err := kubectlToolnexus("alice", "-n", ns, "approve", preq.Name)
 			Expect(err).NotTo(HaveOccurred(), stderr)
 			Expect(stdout).To(Equal("pendingrequest.toolnexus.dev/" + preq.Name + " approved\n"))
 			got := stored(preq)
-			Expect(got.Status.Answer).To(Equal(&toolnexusv1alpha1.Answer{ID: "pnd-lx2k1-1", OK: true}))
+			Expect(got.Status.Answer).To(Equal(&toolnexusv1alpha1.Answer{ID: "pnd-lx2k1-1", RequestUID: string(got.UID), OK: true}))
 			Expect(got.Status.AnsweredBy).To(Equal("alice"))
 
 			_, stderr, err = kubectlToolnexus("alice", "-n", ns, "approve", preq.Name)
@@ -288,7 +292,7 @@ var _ = Describe("kubectl toolnexus", func() {
 			stdout, stderr, err := kubectlToolnexus("alice", "-n", ns, "decline", preq.Name, "--reason", "over budget")
 			Expect(err).NotTo(HaveOccurred(), stderr)
 			Expect(stdout).To(Equal("pendingrequest.toolnexus.dev/" + preq.Name + " declined\n"))
-			Expect(stored(preq).Status.Answer).To(Equal(&toolnexusv1alpha1.Answer{ID: "pnd-lx2k1-1", OK: false, Reason: "over budget"}))
+			Expect(stored(preq).Status.Answer).To(Equal(&toolnexusv1alpha1.Answer{ID: "pnd-lx2k1-1", RequestUID: string(preq.UID), OK: false, Reason: "over budget"}))
 
 			other := newRequest(ns, "approval", nil)
 			_, _, err = kubectlToolnexus("alice", "-n", ns, "decline", other.Name)

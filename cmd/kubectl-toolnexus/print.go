@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,12 +9,31 @@ import (
 	"text/tabwriter"
 	"time"
 
+	yamlv3 "go.yaml.in/yaml/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
+
+	"github.com/toolnexus/operator/internal/notify"
 )
+
+// printableWriter is what every command prints through (newRootCommand wraps stdout and stderr
+// in it): whatever a model, a tool, an MCP server or a run's author wrote reaches the terminal
+// with its controls escaped (notify.Printable), so that ESC [8m cannot hide what follows, OSC 52
+// cannot write the clipboard and a bidi override cannot reorder arguments, whichever command
+// printed them. Newlines and tabs pass: the layout is the plugin's own. The printers write
+// whole strings; a character split across two writes anyway is escaped as its bytes, never
+// passed on raw.
+type printableWriter struct{ w io.Writer }
+
+func (p printableWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, notify.Printable(string(b))); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
 
 // printObject writes obj as JSON or YAML, with its apiVersion and kind set as kubectl prints them.
 func (o *options) printObject(obj client.Object) error {
@@ -45,13 +65,17 @@ func (o *options) setTypeMeta(obj client.Object) error {
 	return nil
 }
 
+// printData writes v as JSON or YAML whose escapes mean the characters they stand for, so that
+// what is printed reads back as it was stored and shows nothing raw that printableWriter would
+// have to rewrite.
 func (o *options) printData(v any) error {
 	data, err := json.MarshalIndent(v, "", "    ")
 	if err != nil {
 		return err
 	}
+	data = notify.PrintableJSON(data)
 	if o.output == "yaml" {
-		if data, err = yaml.JSONToYAML(data); err != nil {
+		if data, err = printableYAML(data); err != nil {
 			return err
 		}
 		_, err = o.out.Write(data)
@@ -59,6 +83,63 @@ func (o *options) printData(v any) error {
 	}
 	_, err = fmt.Fprintf(o.out, "%s\n", data)
 	return err
+}
+
+// printableYAML converts JSON to YAML as kubectl does. A document with a string that holds a
+// control or bidi character is written with that string double-quoted: the one YAML style in
+// which an escape (\e, \u202e) means the character, so the escapes the YAML emitter leaves to
+// printableWriter (the bidi characters, which YAML counts as printable) are valid YAML.
+func printableYAML(data []byte) ([]byte, error) {
+	var doc yamlv3.Node
+	if err := yamlv3.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	if !unprintable(&doc) {
+		return yaml.JSONToYAML(data)
+	}
+	restyle(&doc)
+	var b bytes.Buffer
+	enc := yamlv3.NewEncoder(&b)
+	enc.SetIndent(2)
+	enc.CompactSeqIndent()
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// unprintable reports whether a string scalar of n, keys included, holds a character Printable
+// escapes.
+func unprintable(n *yamlv3.Node) bool {
+	if n.Kind == yamlv3.ScalarNode && n.Tag == "!!str" && notify.Printable(n.Value) != n.Value {
+		return true
+	}
+	for _, c := range n.Content {
+		if unprintable(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// restyle gives n, read from JSON, the block style kubectl prints, with every string scalar that
+// holds such a character double-quoted; so is a string that kubectl's YAML quotes (no, on, 123:
+// another type to a YAML 1.1 reader).
+func restyle(n *yamlv3.Node) {
+	n.Style = 0
+	if n.Kind == yamlv3.ScalarNode && n.Tag == "!!str" {
+		if notify.Printable(n.Value) != n.Value {
+			n.Style = yamlv3.DoubleQuotedStyle
+		} else if out, err := yaml.Marshal(n.Value); err == nil && len(out) > 0 && (out[0] == '"' || out[0] == '\'') {
+			n.Style = yamlv3.DoubleQuotedStyle
+		}
+	}
+	for _, c := range n.Content {
+		restyle(c)
+	}
 }
 
 // table writes aligned columns, as kubectl get does.
@@ -70,7 +151,12 @@ func newTable(out io.Writer, header ...string) *table {
 	return t
 }
 
+// row writes one row; a cell is one line of text, its tabs and newlines escaped, so that what a
+// model wrote cannot add columns or rows.
 func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		cells[i] = notify.PrintableLine(c)
+	}
 	fmt.Fprintln(t.w, strings.Join(cells, "\t"))
 }
 

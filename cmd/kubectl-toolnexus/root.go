@@ -25,7 +25,10 @@ type options struct {
 	namespace string
 }
 
+// newRootCommand builds the plugin's commands, printing to out and errOut through
+// printableWriter: nothing a model or a tool wrote reaches the terminal raw.
 func newRootCommand(out, errOut io.Writer) *cobra.Command {
+	out, errOut = printableWriter{out}, printableWriter{errOut}
 	o := &options{config: genericclioptions.NewConfigFlags(true), out: out, errOut: errOut}
 	root := &cobra.Command{
 		Use:   "kubectl-toolnexus",
@@ -34,10 +37,10 @@ func newRootCommand(out, errOut io.Writer) *cobra.Command {
 starts runs of Agents and follows AgentRuns. It uses your kubeconfig and identity: an answer is a merge patch of the
 PendingRequest's status subresource, so the API server decides whether you may give it.`,
 		Example: `  kubectl toolnexus pending -A
-  kubectl toolnexus show buy-gpu-1-call-1
-  kubectl toolnexus approve buy-gpu-1-call-1 --wait
-  kubectl toolnexus answer deploy-1-call-1 --output staging
-  kubectl toolnexus decline buy-gpu-1-call-1 --reason "over budget"
+  kubectl toolnexus show buy-gpu-1-call-1     # prints the request's uid and the commands that answer it
+  kubectl toolnexus approve buy-gpu-1-call-1 -n team-a --uid 0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f --wait
+  kubectl toolnexus answer deploy-1-call-1 -n team-a --uid 7d1f3b2a-9c4e-4f6a-8b2d-3e5f7a9c1b4d --output staging
+  kubectl toolnexus decline buy-gpu-1-call-1 -n team-a --uid 0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f --reason "over budget"
   kubectl toolnexus transcript buy-gpu
   kubectl toolnexus run purchasing "buy a gpu" --wait`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl toolnexus"},

@@ -13,21 +13,59 @@
 #   nothing  -> the project's deterministic stand-in model (cmd/standin-model)
 # Either way it listens on 127.0.0.1:18080/v1, which config/samples names, and the Secret "llm"
 # (key apiKey) holds the key; the relay passes the operator's Authorization header on.
+#
+# A second stack can run beside `make dev` (the e2e test of the printed commands runs one):
+# TOOLNEXUS_DEV_DIR (default .dev), TOOLNEXUS_MODEL_ADDR, TOOLNEXUS_TOOLS_ADDR, TOOLNEXUS_PROBE_ADDR,
+# TOOLNEXUS_METRICS_ADDR (host:port), TOOLNEXUS_APISERVER_PORT, TOOLNEXUS_ETCD_PORT (0 picks free
+# ports). With other model or tools addresses, the samples are copied into $dev/samples naming them.
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-dev="$root/.dev"
+dev=${TOOLNEXUS_DEV_DIR:-$root/.dev}
 bin="$dev/bin"
-MODEL_ADDR=127.0.0.1:18080
-TOOLS_ADDR=127.0.0.1:18081
-PROBE_ADDR=127.0.0.1:18082
-METRICS_ADDR=127.0.0.1:18083
+MODEL_ADDR=${TOOLNEXUS_MODEL_ADDR:-127.0.0.1:18080}
+TOOLS_ADDR=${TOOLNEXUS_TOOLS_ADDR:-127.0.0.1:18081}
+PROBE_ADDR=${TOOLNEXUS_PROBE_ADDR:-127.0.0.1:18082}
+METRICS_ADDR=${TOOLNEXUS_METRICS_ADDR:-127.0.0.1:18083}
+APISERVER_PORT=${TOOLNEXUS_APISERVER_PORT:-16443}
+ETCD_PORT=${TOOLNEXUS_ETCD_PORT:-12379}
 stack_pids=()
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf '\033[31mERROR: %s\033[0m\n' "$*" >&2; exit 1; }
 
-# Every script uses the kubectl the project builds; a fresh machine has none on PATH.
-kubectl() { "$assets/kubectl" "$@"; }
+# shquote WORD: WORD as a shell reads it back, quoted only when it must be: what the scripts print
+# for a person to paste.
+shquote() {
+	case $1 in
+	'' | *[!A-Za-z0-9_./:=@%+,-]*) printf "'%s'" "${1//\'/\'\\\'\'}" ;;
+	*) printf %s "$1" ;;
+	esac
+}
+
+# stack_env puts the kubectl the project builds (a fresh machine has none on PATH) and the
+# kubectl-toolnexus plugin on PATH, as $dev/path, which the scripts tell people to export too; and
+# sets samples, the directory of the samples that name this stack's model and tools.
+stack_env() {
+	mkdir -p "$dev/path"
+	ln -sf "$assets/kubectl" "$dev/path/kubectl"
+	ln -sf "$bin/kubectl-toolnexus" "$dev/path/kubectl-toolnexus"
+	export PATH="$dev/path:$PATH"
+	samples="$root/config/samples"
+	if [ "$MODEL_ADDR" != 127.0.0.1:18080 ] || [ "$TOOLS_ADDR" != 127.0.0.1:18081 ]; then
+		samples="$dev/samples"
+		mkdir -p "$samples"
+		local f
+		for f in "$root"/config/samples/*.yaml; do
+			sed -e "s#http://127.0.0.1:18080#http://$MODEL_ADDR#g" -e "s#http://127.0.0.1:18081#http://$TOOLS_ADDR#g" \
+				"$f" >"$samples/${f##*/}"
+		done
+	fi
+}
+
+# env_line is the line that gives a person's shell what the printed commands need.
+env_line() {
+	printf 'export KUBECONFIG=%s PATH=%s:$PATH' "$(shquote "$dev/kubeconfig")" "$(shquote "$dev/path")"
+}
 
 port_busy() { (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null; }
 
@@ -88,22 +126,27 @@ stack_up() {
 	command -v go >/dev/null || die "Go is not on PATH"
 	command -v curl >/dev/null || die "curl is not on PATH"
 	mkdir -p "$bin" "$dev/logs"
-	for addr in "$MODEL_ADDR" "$TOOLS_ADDR" "$PROBE_ADDR" "$METRICS_ADDR" 127.0.0.1:16443 127.0.0.1:12379; do
+	local addrs=("$MODEL_ADDR" "$TOOLS_ADDR" "$PROBE_ADDR" "$METRICS_ADDR")
+	[ "$APISERVER_PORT" = 0 ] || addrs+=("127.0.0.1:$APISERVER_PORT")
+	[ "$ETCD_PORT" = 0 ] || addrs+=("127.0.0.1:$ETCD_PORT")
+	for addr in "${addrs[@]}"; do
 		port_busy "$addr" && die "$addr is in use: is 'make dev' already running? Stop it (Ctrl-C) first."
 	done
 
 	say "Building the control plane (once; cached) and the binaries"
 	assets=$("$root/hack/controlplane.sh")
-	(cd "$root" && go build -o "$bin/" ./cmd/manager ./cmd/standin-model ./cmd/sample-tools ./hack/localcluster) ||
+	(cd "$root" && go build -o "$bin/" ./cmd/manager ./cmd/standin-model ./cmd/sample-tools ./cmd/kubectl-toolnexus ./hack/localcluster) ||
 		die "go build failed"
+	stack_env
 
-	say "Starting etcd and kube-apiserver (data in .dev/; logs in .dev/logs/)"
+	say "Starting etcd and kube-apiserver (data in $dev; logs in $dev/logs)"
 	rm -f "$dev/ready"
-	start_bg localcluster "$bin/localcluster" --dir "$dev" --assets "$assets" --repo "$root"
+	start_bg localcluster "$bin/localcluster" --dir "$dev" --assets "$assets" --repo "$root" \
+		--apiserver-port "$APISERVER_PORT" --etcd-port "$ETCD_PORT"
 	local deadline=$((SECONDS + 180))
 	until [ -f "$dev/ready" ]; do
 		kill -0 "$pid_localcluster" 2>/dev/null || { tail -n 20 "$dev/logs/localcluster.log" >&2; die "the local cluster did not start"; }
-		((SECONDS < deadline)) || die "the local cluster was not ready within 180s; see .dev/logs/"
+		((SECONDS < deadline)) || die "the local cluster was not ready within 180s; see $dev/logs/"
 		sleep 0.3
 	done
 	export KUBECONFIG="$dev/kubeconfig"
@@ -120,11 +163,11 @@ stack_up() {
 		manager_kubeconfig="$dev/kubeconfig"
 		identity="admin (config/rbac is absent)"
 	fi
-	say "Starting the manager as $identity; log in .dev/logs/manager.log"
+	say "Starting the manager as $identity; log in $dev/logs/manager.log"
 	start_bg manager env KUBECONFIG="$manager_kubeconfig" "$bin/manager" \
 		--health-probe-bind-address="$PROBE_ADDR" --metrics-bind-address="$METRICS_ADDR" --metrics-secure=false \
 		--zap-log-level="${MANAGER_LOG_LEVEL:-info}"
-	wait_http "http://$MODEL_ADDR/v1/models" 30 "$pid_model" || die "the model endpoint did not start; see .dev/logs/model.log"
-	wait_http "http://$TOOLS_ADDR/oauth/authorize" 30 "$pid_tools" || die "the sample tools did not start; see .dev/logs/tools.log"
+	wait_http "http://$MODEL_ADDR/v1/models" 30 "$pid_model" || die "the model endpoint did not start; see $dev/logs/model.log"
+	wait_http "http://$TOOLS_ADDR/oauth/authorize" 30 "$pid_tools" || die "the sample tools did not start; see $dev/logs/tools.log"
 	wait_http "http://$PROBE_ADDR/readyz" 60 "$pid_manager" || { tail -n 20 "$dev/logs/manager.log" >&2; die "the manager did not become ready"; }
 }

@@ -51,8 +51,11 @@ type Answer struct {
 
 // data is the CloudEvent's data.
 type data struct {
-	Namespace  string     `json:"namespace"`
-	Name       string     `json:"name"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// UID is the request's metadata.uid: an answer that carries it as answer.requestUID is
+	// refused by the API server for any other request of the same name.
+	UID        string     `json:"uid"`
 	Run        string     `json:"run"`
 	Kind       string     `json:"kind"`
 	Prompt     string     `json:"prompt,omitempty"`
@@ -78,7 +81,7 @@ type toolCall struct {
 // CloudEvent renders m as a CloudEvents 1.0 event in structured mode. Its id, <request
 // uid>/<event>, is the same on every attempt, so a receiver can drop duplicates.
 func CloudEvent(m Message) ([]byte, error) {
-	d := data{Namespace: m.Namespace, Name: m.Name, Run: m.Run, Kind: m.Kind, Prompt: m.Prompt, URL: m.URL,
+	d := data{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Run: m.Run, Kind: m.Kind, Prompt: m.Prompt, URL: m.URL,
 		ToolCall: toolCall{Name: m.Tool, Arguments: m.Arguments}}
 	if len(m.Users)+len(m.Groups) > 0 {
 		d.Approvers = &approvers{Users: m.Users, Groups: m.Groups}

@@ -54,15 +54,15 @@ func TestCloudEvent(t *testing.T) {
 		wantData data
 	}{
 		{"opened", opened, "dev.toolnexus.pendingrequest.opened", "4b1e/opened", data{
-			Namespace: "team-a", Name: "buy-gpu-1-call-1", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
+			Namespace: "team-a", Name: "buy-gpu-1-call-1", UID: "4b1e", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
 			Approvers: &approvers{Users: []string{"alice"}, Groups: []string{"buyers"}},
 			ToolCall:  toolCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}}},
 		{"answered", answered, "dev.toolnexus.pendingrequest.answered", "4b1e/answered", data{
-			Namespace: "team-a", Name: "buy-gpu-1-call-1", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
+			Namespace: "team-a", Name: "buy-gpu-1-call-1", UID: "4b1e", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
 			Approvers: &approvers{Users: []string{"alice"}, Groups: []string{"buyers"}},
 			ToolCall:  toolCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}, OK: &ok, AnsweredBy: "alice"}},
 		{"expired", expired, "dev.toolnexus.pendingrequest.expired", "4b1e/expired", data{
-			Namespace: "team-a", Name: "buy-gpu-1-call-1", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
+			Namespace: "team-a", Name: "buy-gpu-1-call-1", UID: "4b1e", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
 			ToolCall: toolCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}, OK: new(bool), Reason: "expired",
 			AnsweredBy: "system:expired"}},
 	} {

@@ -8,11 +8,13 @@ import (
 	"github.com/toolnexus/operator/internal/clip"
 )
 
-// Slack bounds a section's text to 3000 characters; the prompt and the arguments are cut well
-// below that so the commands always fit.
+// Slack bounds a section's text to 3000 characters and a field's to 2000; what a request holds
+// is cut, escaped, well below that so that the commands always fit.
 const (
 	slackPromptLimit    = 1500
 	slackArgumentsLimit = 700
+	slackURLLimit       = 2000
+	slackFieldLimit     = 1900
 )
 
 // slackMessage is a Slack incoming-webhook payload: text is the notification's fallback, blocks
@@ -32,12 +34,16 @@ type slackBlock struct {
 type slackText struct {
 	Type string `json:"type"`
 	Text string `json:"text"`
+	// Verbatim keeps Slack from parsing plain text: no auto-linked names, no mentions.
+	Verbatim bool `json:"verbatim,omitempty"`
 }
 
-func mrkdwn(s string) slackText { return slackText{Type: "mrkdwn", Text: s} }
+func mrkdwn(s string) slackText { return slackText{Type: "mrkdwn", Text: s, Verbatim: true} }
 
 // Slack renders m as a Slack incoming-webhook message: what is asked, of whom, in which run, and
-// the kubectl toolnexus commands that answer it.
+// the kubectl toolnexus commands that answer it, bound to the request's uid. Whatever the
+// request's author, model or tool wrote is escaped for mrkdwn and shown in code blocks, where
+// it cannot format itself into something that looks like the message's own commands.
 func Slack(m Message) ([]byte, error) {
 	where := fmt.Sprintf("%s/%s", m.Namespace, m.Run)
 	var headline string
@@ -57,36 +63,38 @@ func Slack(m Message) ([]byte, error) {
 		headline = fmt.Sprintf("Request %s of run %s expired unanswered", m.Name, where)
 	}
 	// Slack reads <...> in the fallback text too (a <!channel> would page everybody).
-	headline = escape(headline)
+	headline = line(headline, slackFieldLimit)
 	fields := []slackText{
-		mrkdwn("*Kind*\n" + m.Kind), mrkdwn("*Run*\n" + where),
-		mrkdwn("*Request*\n" + m.Name), mrkdwn("*Who may answer*\n" + whoMayAnswer(m)),
+		mrkdwn("*Kind*\n" + line(m.Kind, slackFieldLimit)), mrkdwn("*Run*\n" + line(where, slackFieldLimit)),
+		mrkdwn("*Request*\n" + line(m.Name, slackFieldLimit)), mrkdwn("*Who may answer*\n" + whoMayAnswer(m)),
 	}
 	blocks := []slackBlock{
 		{Type: "section", Text: ptr(mrkdwn(headline))},
 		{Type: "section", Fields: fields},
 	}
 	if m.Prompt != "" {
-		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn("*Prompt*\n" + escape(cut(m.Prompt, slackPromptLimit))))})
+		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn("*Prompt*\n" + codeBlock(m.Prompt, slackPromptLimit)))})
 	}
 	if m.URL != "" {
-		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn("*Sign in at*\n" + escape(m.URL)))})
+		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn("*Sign in at*\n" + link(m.URL)))})
 	}
 	blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn(
-		fmt.Sprintf("*Tool call* `%s`\n```%s```", escape(m.Tool), escape(cut(m.Arguments, slackArgumentsLimit)))))})
+		"*Tool call* " + codeSpan(m.Tool) + "\n" + codeBlock(m.Arguments, slackArgumentsLimit)))})
 	if m.Event == Opened {
 		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn(
-			"*Answer with*\n```" + strings.Join(Commands(m.Kind, m.Namespace, m.Name), "\n") + "```"))})
+			"*Answer with*\n```" + strings.Join(Commands(m.Kind, m.Namespace, m.Name, m.UID), "\n") + "```"))})
 	} else if m.Answer != nil && m.Answer.Reason != "" {
-		blocks = append(blocks, slackBlock{Type: "context", Elements: []slackText{mrkdwn("Reason: " + escape(m.Answer.Reason))}})
+		blocks = append(blocks, slackBlock{Type: "context", Elements: []slackText{mrkdwn("Reason: " + line(m.Answer.Reason, slackFieldLimit))}})
 	}
 	return json.Marshal(slackMessage{Text: headline, Blocks: blocks})
 }
 
 // Commands are the kubectl toolnexus commands that answer a request of kind, approving or
-// supplying a result first, declining last.
-func Commands(kind, namespace, name string) []string {
-	target := name + " -n " + namespace
+// supplying a result first, declining last. Each carries the request's uid (--uid), so that it
+// answers the request it was printed for and is refused for one re-created under its name; each
+// works pasted as it is (the "..." are the text to replace).
+func Commands(kind, namespace, name, uid string) []string {
+	target := name + " -n " + namespace + " --uid " + uid
 	decline := "kubectl toolnexus decline " + target + " --reason \"...\""
 	switch kind {
 	case "approval", "authorization":
@@ -96,7 +104,7 @@ func Commands(kind, namespace, name string) []string {
 	case "question":
 		return []string{"kubectl toolnexus answer " + target + " --data '{\"output\":\"...\"}'", decline}
 	case "tool_call":
-		return []string{"kubectl toolnexus answer " + target + " --data '{\"results\":[...]}'", decline}
+		return []string{"kubectl toolnexus answer " + target + " --data '{\"results\":[\"...\"]}'", decline}
 	}
 	return []string{"kubectl toolnexus approve " + target, "kubectl toolnexus answer " + target + " --output \"...\"", decline}
 }
@@ -112,7 +120,7 @@ func whoMayAnswer(m Message) string {
 	if len(who) == 0 {
 		return "anyone allowed to patch pendingrequests/status"
 	}
-	return escape(strings.Join(who, ", "))
+	return line(strings.Join(who, ", "), slackFieldLimit)
 }
 
 func answerer(a *Answer) string {
@@ -130,9 +138,35 @@ func article(kind string) string {
 	return "a " + kind
 }
 
-// escape makes text safe for Slack mrkdwn: &, < and > are its control characters.
-func escape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+// mrkdwnEscaper escapes mrkdwn's control characters: &, < and > (a <!channel> pages everybody,
+// a <URL|label> shows one address and opens another).
+var mrkdwnEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// line makes text safe for one line of mrkdwn, at most n bytes: its controls escaped
+// (PrintableLine), then Slack's, and its backticks shown as the look-alike U+02CB, so that it
+// cannot open a code span or block that looks like one of the message's commands.
+func line(s string, n int) string {
+	return bound(strings.ReplaceAll(mrkdwnEscaper.Replace(PrintableLine(s)), "`", "\u02cb"), n)
+}
+
+// codeBlock shows text as written, in a ``` block, at most n bytes of it: a backtick in it is
+// followed by a zero-width space, so that no ``` of the text ends the block and formats the rest.
+func codeBlock(s string, n int) string {
+	return "```" + bound(strings.ReplaceAll(mrkdwnEscaper.Replace(Printable(s)), "`", "`\u200b"), n) + "```"
+}
+
+// codeSpan is codeBlock for one line.
+func codeSpan(s string) string { return "`" + line(s, slackFieldLimit) + "`" }
+
+// link is a sign-in address as a link that opens what it shows: only http and https, and a |
+// (which would start a label of the author's choosing) percent-encoded, as the URL means it
+// anyway. An address too long for the message is shown cut, as text.
+func link(raw string) string {
+	u := mrkdwnEscaper.Replace(PrintableLine(raw))
+	if len(u) > slackURLLimit || !strings.HasPrefix(raw, "https://") && !strings.HasPrefix(raw, "http://") {
+		return bound(u, slackURLLimit)
+	}
+	return "<" + strings.ReplaceAll(u, "|", "%7C") + ">"
 }
 
 func oneLine(s string) string { return cut(strings.Join(strings.Fields(s), " "), 200) }
@@ -143,6 +177,18 @@ func cut(s string, n int) string {
 		return s
 	}
 	return clip.Bytes(s, n-len("…")) + "…"
+}
+
+// bound is cut for escaped text: the cut never leaves half an entity (&am) behind.
+func bound(escaped string, n int) string {
+	if len(escaped) <= n {
+		return escaped
+	}
+	s := clip.Bytes(escaped, n-len("…"))
+	if amp := strings.LastIndexByte(s, '&'); amp >= 0 && !strings.Contains(s[amp:], ";") {
+		s = s[:amp]
+	}
+	return s + "…"
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -1,6 +1,8 @@
 package notify
 
 import (
+	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -57,8 +59,8 @@ func TestSlackOpened(t *testing.T) {
 	text := allText(m)
 	for _, want := range []string{
 		"*Kind*\napproval", "*Run*\nteam-a/buy-gpu", "*Request*\nbuy-gpu-1-call-1", "user alice, group buyers",
-		"Approve purchase of gpu?", "`approve_purchase`", `{"item":"gpu"}`,
-		"kubectl toolnexus approve buy-gpu-1-call-1 -n team-a\nkubectl toolnexus decline buy-gpu-1-call-1 -n team-a",
+		"*Prompt*\n```Approve purchase of gpu?```", "`approve_purchase`", `{"item":"gpu"}`,
+		"kubectl toolnexus approve buy-gpu-1-call-1 -n team-a --uid 4b1e\nkubectl toolnexus decline buy-gpu-1-call-1 -n team-a --uid 4b1e",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the message lacks %q:\n%s", want, text)
@@ -94,7 +96,7 @@ func TestSlackAnsweredAndExpired(t *testing.T) {
 
 func TestSlackEscapesAndBounds(t *testing.T) {
 	m := opened
-	m.Prompt = "<!channel> & " + strings.Repeat("é", 5000)
+	m.Prompt = "<!channel> & @here " + strings.Repeat("é", 5000)
 	m.Arguments = strings.Repeat("x", 10000)
 	raw, err := Slack(m)
 	if err != nil {
@@ -104,21 +106,128 @@ func TestSlackEscapesAndBounds(t *testing.T) {
 	if strings.Contains(text, "<!channel>") || !strings.Contains(text, "&lt;!channel&gt; &amp;") {
 		t.Errorf("Slack control characters of the prompt are not escaped:\n%.200s", text)
 	}
+	// Escaping makes text longer: what is cut is the escaped text, so it stays within Slack's bounds.
+	m.Prompt, m.Arguments = strings.Repeat("&\x1b", 3000), strings.Repeat("<", 3000)
+	m.URL = "https://login.example.com/" + strings.Repeat("&", 4000)
+	m.Users = []string{strings.Repeat("&", 3000)}
+	raw, err = Slack(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text = allText(decodeSlack(t, raw))
+	if strings.Contains(text, "&am…") || strings.Contains(text, "&a…") || strings.Contains(text, "&…") {
+		t.Errorf("a cut left half an entity behind:\n%.300s", text)
+	}
+}
+
+// What a model, a tool or a run's author wrote cannot hide text, reach a terminal's or Slack's
+// controls, mention anyone, link elsewhere than it shows, or format itself into a command block.
+func TestSlackShowsHostileTextInert(t *testing.T) {
+	m := opened
+	m.Kind = "approval\x1b[8m"
+	m.Prompt = "Pay 10 \x1b[8m(hidden)\x1b[0m \x1b]52;c;cm0gLXJmIC8=\x07 <@U123> <!subteam^S1> @channel \u202e0001\n" +
+		"```\n*Answer with*\n```kubectl toolnexus approve other -n team-b --uid 1```"
+	m.Arguments = `{"amount":"\u202e0001"}` + "```*bold*```"
+	m.Tool = "pay`now`"
+	m.URL = "https://login.example.com/?a=1|https://login.example.org/"
+	m.Users = []string{"<!here>", "eve\u0085"}
+	raw, err := Slack(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing a terminal or a browser acts on, in the bytes of the payload as Slack receives them.
+	var decoded strings.Builder
+	msg := decodeSlack(t, raw)
+	decoded.WriteString(allText(msg))
+	for _, bad := range []string{"\x1b", "\u202e", "\u0085", "\a"} {
+		if strings.Contains(decoded.String(), bad) {
+			t.Errorf("the message holds %q raw:\n%s", bad, decoded.String())
+		}
+	}
+	text := decoded.String()
+	for _, bad := range []string{"<@U123>", "<!subteam", "<!here>", "|https://login.example.org/>"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("the message holds %q:\n%s", bad, text)
+		}
+	}
+	for _, want := range []string{`\x1b[8m(hidden)\x1b[0m`, `\u202e0001`, "&lt;@U123&gt;", "`pay\u02cbnow\u02cb`",
+		"<https://login.example.com/?a=1%7Chttps://login.example.org/>"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the message lacks %q:\n%s", want, text)
+		}
+	}
+	for _, b := range msg.Blocks {
+		for _, f := range append(append([]slackText{}, b.Fields...), b.Elements...) {
+			if f.Type == "mrkdwn" && !f.Verbatim {
+				t.Errorf("a mrkdwn text without verbatim, which Slack parses for mentions: %q", f.Text)
+			}
+		}
+		if b.Text != nil && b.Text.Type == "mrkdwn" && !b.Text.Verbatim {
+			t.Errorf("a mrkdwn text without verbatim, which Slack parses for mentions: %q", b.Text.Text)
+		}
+		// The prompt's and the arguments' fences cannot close the message's code blocks: every
+		// ``` in a block is one of the message's own, four in the tool-call block, two elsewhere.
+		if b.Text != nil && strings.HasPrefix(b.Text.Text, "*Prompt*") || b.Text != nil && strings.HasPrefix(b.Text.Text, "*Tool call*") {
+			if n := strings.Count(b.Text.Text, "```"); n != 2 {
+				t.Errorf("%d ``` in %q, want the block's own 2", n, b.Text.Text)
+			}
+		}
+	}
+	// One line of text holds no backtick: it opens no code span that looks like a command.
+	if strings.Contains(msg.Text, "`") || strings.Contains(msg.Blocks[0].Text.Text, "`") {
+		t.Errorf("the headline holds a backtick: %q", msg.Text)
+	}
+	// The one command block is the message's own, for this request.
+	var commands []string
+	for _, b := range msg.Blocks {
+		if b.Text != nil && strings.HasPrefix(b.Text.Text, "*Answer with*") {
+			commands = append(commands, b.Text.Text)
+		}
+	}
+	if len(commands) != 1 || !strings.HasPrefix(commands[0], "*Answer with*\n```kubectl toolnexus approve buy-gpu-1-call-1 -n team-a --uid 4b1e\n") {
+		t.Errorf("command blocks %q, want the message's own only", commands)
+	}
 }
 
 func TestCommands(t *testing.T) {
-	const ns, name = "team-a", "r-1-c"
-	decline := `kubectl toolnexus decline r-1-c -n team-a --reason "..."`
+	const ns, name, uid = "team-a", "r-1-c", "0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f"
+	target := "r-1-c -n team-a --uid " + uid
+	decline := `kubectl toolnexus decline ` + target + ` --reason "..."`
 	for kind, want := range map[string][]string{
-		"approval":      {"kubectl toolnexus approve r-1-c -n team-a", decline},
-		"authorization": {"kubectl toolnexus approve r-1-c -n team-a", decline},
-		"input":         {`kubectl toolnexus answer r-1-c -n team-a --output "..."`, decline},
-		"question":      {`kubectl toolnexus answer r-1-c -n team-a --data '{"output":"..."}'`, decline},
-		"tool_call":     {`kubectl toolnexus answer r-1-c -n team-a --data '{"results":[...]}'`, decline},
-		"any":           {"kubectl toolnexus approve r-1-c -n team-a", `kubectl toolnexus answer r-1-c -n team-a --output "..."`, decline},
+		"approval":      {"kubectl toolnexus approve " + target, decline},
+		"authorization": {"kubectl toolnexus approve " + target, decline},
+		"input":         {`kubectl toolnexus answer ` + target + ` --output "..."`, decline},
+		"question":      {`kubectl toolnexus answer ` + target + ` --data '{"output":"..."}'`, decline},
+		"tool_call":     {`kubectl toolnexus answer ` + target + ` --data '{"results":["..."]}'`, decline},
+		"any":           {"kubectl toolnexus approve " + target, `kubectl toolnexus answer ` + target + ` --output "..."`, decline},
 	} {
-		if diff := cmp.Diff(want, Commands(kind, ns, name)); diff != "" {
+		got := Commands(kind, ns, name, uid)
+		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", kind, diff)
 		}
+		// Pasted into a shell, each is a command line of kubectl toolnexus for this request and
+		// uid, and its --data is a JSON object.
+		for _, command := range got {
+			argv := shellWords(t, command)
+			if len(argv) < 8 || argv[0] != "kubectl" || argv[1] != "toolnexus" || argv[3] != name ||
+				argv[4] != "-n" || argv[5] != ns || argv[6] != "--uid" || argv[7] != uid {
+				t.Errorf("%s: %q parses as %q, want kubectl toolnexus VERB %s -n %s --uid %s ...", kind, command, argv, name, ns, uid)
+			}
+			for i, a := range argv {
+				if a == "--data" && (i+1 == len(argv) || !json.Valid([]byte(argv[i+1])) || !strings.HasPrefix(argv[i+1], "{")) {
+					t.Errorf("%s: --data of %q is no JSON object", kind, command)
+				}
+			}
+		}
 	}
+}
+
+// shellWords is how a POSIX shell splits command into words: a shell splits it.
+func shellWords(t *testing.T, command string) []string {
+	t.Helper()
+	out, err := exec.Command("sh", "-c", "set -- "+command+"\nprintf '%s\\0' \"$@\"").Output()
+	if err != nil {
+		t.Fatalf("sh cannot parse %q: %v", command, err)
+	}
+	return strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
 }

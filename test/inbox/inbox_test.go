@@ -126,6 +126,7 @@ var _ = Describe("The inbox", func() {
 		got := &toolnexusv1alpha1.PendingRequest{}
 		Expect(admin.Get(ctx, client.ObjectKeyFromObject(preq), got)).To(Succeed())
 		Expect(got.Status.AnsweredBy).To(Equal("alice"), "the API server stamped who answered")
+		Expect(got.Status.Answer.RequestUID).To(Equal(string(got.UID)), "the answer is bound to the request the page showed")
 
 		By("the request leaves the list")
 		Expect(load(browser, chromedp.Click(chromedp.CSS(".back a")))).To(BeEquivalentTo(http.StatusOK))
