@@ -10,16 +10,16 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/toolnexus/operator/internal/testenv/fakehttp"
 )
 
-// T is what the harness needs of a test: *testing.T and Ginkgo's GinkgoT() both have it. What the
-// harness starts is stopped by t's cleanup, so a suite starts it with the T of its BeforeSuite
-// (GinkgoT() there cleans up when the suite ends) and a plain test with its own.
+// T is what the harness needs of a test, the fake servers' T and a temporary directory:
+// *testing.T and Ginkgo's GinkgoT() both have it. What the harness starts is stopped by t's
+// cleanup, so a suite starts it with the T of its BeforeSuite (GinkgoT() there cleans up when the
+// suite ends) and a plain test with its own.
 type T interface {
-	Helper()
-	Errorf(format string, args ...any)
-	Fatalf(format string, args ...any)
-	Cleanup(func())
+	fakehttp.T
 	TempDir() string
 }
 

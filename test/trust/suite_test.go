@@ -14,7 +14,6 @@ import (
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,9 +28,6 @@ import (
 
 var (
 	testEnv *testenv.Env
-	env     *envtest.Environment
-	cfg     *rest.Config
-	scheme  *runtime.Scheme
 	ctx     = context.Background()
 	// admin is system:masters: it stands in for a bug or a disk fault where a test damages what
 	// only the manager can write.
@@ -56,7 +52,6 @@ func TestTrustBoundary(t *testing.T) {
 var _ = BeforeSuite(func() {
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	testEnv = testenv.Start(GinkgoT(), testenv.Options{Install: []string{"rbac", "policies"}})
-	env, cfg, scheme = testEnv.Environment, testEnv.Config, testEnv.Scheme
 	admin = clientAs(envtest.User{Name: "admin", Groups: []string{"system:masters"}})
 
 	// envtest runs no controller-manager, so ClusterRole aggregation does not happen: bind erin
