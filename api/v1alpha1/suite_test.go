@@ -27,20 +27,6 @@ func TestAPIValidation(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx = context.Background()
-	var err error
-	env, err = testenv.New()
-	Expect(err).NotTo(HaveOccurred())
-	cfg, err = env.Start()
-	Expect(err).NotTo(HaveOccurred())
-
-	scheme, err := testenv.Scheme()
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-})
-
-var _ = AfterSuite(func() {
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
+	testEnv := testenv.Start(GinkgoT(), testenv.Options{})
+	env, cfg, k8sClient = testEnv.Environment, testEnv.Config, testEnv.Client
 })

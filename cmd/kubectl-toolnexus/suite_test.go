@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -12,9 +11,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	authorizationv1 "k8s.io/api/authorization/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -23,8 +19,9 @@ import (
 )
 
 var (
-	env *envtest.Environment
-	ctx context.Context
+	testEnv *testenv.Env
+	env     *envtest.Environment
+	ctx     context.Context
 	// admin creates the objects the controller would create; no controller runs here.
 	admin client.Client
 	// plugin is the built kubectl-toolnexus binary.
@@ -49,65 +46,27 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	plugin = filepath.Join(dir, "kubectl-toolnexus")
 
-	env, err = testenv.New()
-	Expect(err).NotTo(HaveOccurred())
-	cfg, err := env.Start()
-	Expect(err).NotTo(HaveOccurred())
-	scheme, err := testenv.Scheme()
-	Expect(err).NotTo(HaveOccurred())
-	admin, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-
 	By("installing config/rbac and config/policies")
-	Expect(testenv.Install(ctx, admin, "rbac", "policies")).To(Succeed())
-	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "test-answerers"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolnexus-answerer"},
-		Subjects: []rbacv1.Subject{
-			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"},
-			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "bob"},
-		},
-	})).To(Succeed())
+	testEnv = testenv.Start(GinkgoT(), testenv.Options{Install: []string{"rbac", "policies"}})
+	env, admin = testEnv.Environment, testEnv.Client
+	testEnv.Bind(GinkgoT(), "test-answerers", "toolnexus-answerer", testenv.Users("alice", "bob")...)
 	// vic only views: config/rbac's viewer role, which the built-in view role aggregates.
-	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "test-viewers"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolnexus-agentrun-viewer"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "vic"}},
-	})).To(Succeed())
+	testEnv.Bind(GinkgoT(), "test-viewers", "toolnexus-agentrun-viewer", testenv.Users("vic")...)
 	// erin runs agents: config/rbac's editor role, which the built-in edit role aggregates.
-	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "test-editors"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolnexus-agentrun-editor"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "erin"}},
-	})).To(Succeed())
+	testEnv.Bind(GinkgoT(), "test-editors", "toolnexus-agentrun-editor", testenv.Users("erin")...)
+	users := map[string]*testenv.User{}
 	for name, groups := range map[string][]string{"alice": nil, "bob": nil, "carol": nil, "vic": nil, "erin": nil, "admin": {"system:masters"}} {
-		user, err := env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
-		Expect(err).NotTo(HaveOccurred())
-		kubeconfig, err := user.KubeConfig()
-		Expect(err).NotTo(HaveOccurred())
-		kubeconfigs[name] = filepath.Join(dir, name+".kubeconfig")
-		Expect(os.WriteFile(kubeconfigs[name], kubeconfig, 0o600)).To(Succeed())
+		users[name] = testEnv.User(GinkgoT(), name, groups...)
+		kubeconfigs[name] = users[name].Kubeconfig
 	}
 
 	// The authorizer sees new bindings a moment after they are created: wait until it grants
 	// what the specs use.
 	By("waiting for RBAC to grant the answerers and the viewer their roles")
-	for _, grant := range []authorizationv1.SubjectAccessReviewSpec{
-		{User: "alice", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "pendingrequests", Subresource: "status"}},
-		{User: "bob", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "pendingrequests", Subresource: "status"}},
-		{User: "vic", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "agentrunrecords"}},
-		{User: "vic", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "agents"}},
-		{User: "erin", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Resource: "agentruns"}},
-		{User: "erin", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "agents"}},
-	} {
-		grant.ResourceAttributes.Group = toolnexusv1alpha1.GroupVersion.Group
-		Eventually(func() (bool, error) {
-			review := &authorizationv1.SubjectAccessReview{Spec: grant}
-			err := admin.Create(ctx, review)
-			return review.Status.Allowed, err
-		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(),
-			"%s may %s %s", grant.User, grant.ResourceAttributes.Verb, grant.ResourceAttributes.Resource)
-	}
+	testEnv.WaitAllowed(GinkgoT(), users["alice"].User, testenv.Access("patch", "pendingrequests/status"))
+	testEnv.WaitAllowed(GinkgoT(), users["bob"].User, testenv.Access("patch", "pendingrequests/status"))
+	testEnv.WaitAllowed(GinkgoT(), users["vic"].User, testenv.Access("get", "agentrunrecords"), testenv.Access("get", "agents"))
+	testEnv.WaitAllowed(GinkgoT(), users["erin"].User, testenv.Access("create", "agentruns"), testenv.Access("patch", "agents"))
 
 	// A policy is enforced a moment after it is created: wait until both are.
 	By("waiting until the approver rules are enforced")
@@ -127,12 +86,6 @@ var _ = BeforeSuite(func() {
 		err := admin.Get(ctx, client.ObjectKeyFromObject(preq), got)
 		return got.Status.AnsweredBy, err
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("alice"))
-})
-
-var _ = AfterSuite(func() {
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
 })
 
 // kubectlToolnexus runs the plugin as user and returns its stdout, its stderr and its error.

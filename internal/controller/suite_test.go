@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"sync"
 	"testing"
@@ -12,18 +11,12 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zapcore"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -32,16 +25,19 @@ import (
 	"github.com/toolnexus/operator/internal/notify"
 	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/testenv"
+	"github.com/toolnexus/operator/internal/testenv/operator"
 )
 
 var (
+	testEnv   *testenv.Env
 	env       *envtest.Environment
 	cfg       *rest.Config
 	k8sClient client.Client
 	scheme    *runtime.Scheme
-	// stopManager stops the manager the suite runs; tests of durability restart it.
-	stopManager context.CancelFunc
-	managerDone chan struct{}
+	// toolnexus is the operator the suite runs, as the control plane's administrator.
+	toolnexus *operator.Manager
+	// managerDone is closed once the running manager has stopped.
+	managerDone <-chan struct{}
 	// registry holds the metrics of the running manager.
 	registry *prometheus.Registry
 	// managerLog holds everything the managers of the suite logged.
@@ -76,72 +72,42 @@ func TestControllers(t *testing.T) {
 var _ = BeforeSuite(func() {
 	// Every log line, at every verbosity, is also kept in managerLog so tests can search it.
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, managerLog)), zap.UseDevMode(true), zap.Level(zapcore.Level(-10))))
-	var err error
-	env, err = testenv.New()
-	Expect(err).NotTo(HaveOccurred())
-	cfg, err = env.Start()
-	Expect(err).NotTo(HaveOccurred())
-	scheme, err = testenv.Scheme()
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
+	testEnv = testenv.Start(GinkgoT(), testenv.Options{})
+	env, cfg, k8sClient, scheme = testEnv.Environment, testEnv.Config, testEnv.Client, testEnv.Scheme
+	toolnexus = operator.New(GinkgoT(), cfg, func() controller.Options {
+		registry = prometheus.NewRegistry()
+		return controller.Options{
+			Registry:                registry,
+			MaxConcurrentReconciles: 4,
+			MaxTranscriptBytes:      4 << 20,
+			// Each manager has a tracer provider of its own, as a restarted process would.
+			Tracing:      telemetry.New(telemetry.NewProvider(sdktrace.WithSyncer(spans)), true),
+			NotifyPolicy: notifyPolicy,
+		}
+	})
 	startManager()
 })
 
-var _ = AfterSuite(func() {
-	if stopManager != nil {
-		stopManager()
-		<-managerDone
-	}
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
-})
-
-// startManager runs a manager with the AgentRun controller until stopManager is called.
+// startManager starts the operator's manager; it runs until stopManager is called.
 func startManager() {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: ctrlConfigSkipNameValidation(),
-	})
-	Expect(err).NotTo(HaveOccurred())
-	registry = prometheus.NewRegistry()
-	runs := &controller.AgentRunReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
-		Metrics:                 controller.NewMetrics(registry, mgr.GetClient()),
-		MaxConcurrentReconciles: 4,
-		MaxTranscriptBytes:      4 << 20,
-		// Each manager has a tracer provider of its own, as a restarted process would.
-		Tracing: telemetry.New(telemetry.NewProvider(sdktrace.WithSyncer(spans)), true),
-	}
-	Expect(runs.SetupWithManager(mgr)).To(Succeed())
-	Expect((&controller.NotifyReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
-		Clock: clock.RealClock{}, Metrics: runs.Metrics, Executor: runs.Executor, Policy: notifyPolicy,
-	}).SetupWithManager(mgr)).To(Succeed())
-	Expect((&controller.AgentReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}}).SetupWithManager(mgr)).To(Succeed())
-	ctx, cancel := context.WithCancel(context.Background())
-	stopManager, managerDone = cancel, make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(managerDone)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
+	toolnexus.Start(GinkgoT())
+	managerDone = toolnexus.Done()
 }
 
 // restartManager stops the running manager and starts a new one, as a process restart would.
 func restartManager() {
-	stopManager()
-	<-managerDone
-	startManager()
+	toolnexus.Restart(GinkgoT())
+	managerDone = toolnexus.Done()
+}
+
+// stopManager stops the running manager; managerDone is closed once it has.
+func stopManager() {
+	Expect(toolnexus.Stop()).To(Succeed())
 }
 
 // newNamespace creates a namespace for one test.
 func newNamespace() string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "run-"}}
-	Expect(k8sClient.Create(context.Background(), ns)).To(Succeed())
-	return ns.Name
+	return testEnv.Namespace(GinkgoT(), "run-")
 }
 
 const eventually = 20 * time.Second
@@ -149,9 +115,3 @@ const eventually = 20 * time.Second
 // notifyPolicy makes the notifier's retries quick: 4 attempts, 50ms apart and doubling. An attempt
 // keeps the default bound (10s), so a hung sink holds its attempt well past a run's end.
 var notifyPolicy = notify.Policy{MaxAttempts: 4, Base: 50 * time.Millisecond, Cap: time.Second, Timeout: 10 * time.Second}
-
-// ctrlConfigSkipNameValidation lets the suite start a second manager with the same controller
-// name after a restart.
-func ctrlConfigSkipNameValidation() config.Controller {
-	return config.Controller{SkipNameValidation: ptr.To(true)}
-}

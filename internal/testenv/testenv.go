@@ -1,5 +1,10 @@
-// Package testenv starts a real kube-apiserver and etcd (envtest) with the project's CRDs, using
-// the control-plane binaries that hack/controlplane.sh builds from Go modules.
+// Package testenv is the one envtest harness every suite uses: Start runs a real kube-apiserver and
+// etcd with the project's CRDs (the control-plane binaries hack/controlplane.sh builds from Go
+// modules) and installs what config/ deploys; an Env makes the users a suite acts as (certificate
+// users with groups, ServiceAccounts with their tokens), each with a client and a kubeconfig.
+//
+// Package testenv/operator runs the manager in-process on an Env. It imports internal/controller,
+// and this package must not: the controller's own in-package tests use this one.
 package testenv
 
 import (
@@ -83,12 +88,7 @@ func WriteKubeconfig(env *envtest.Environment, user envtest.User, dir string) (s
 	if err != nil {
 		return "", err
 	}
-	raw, err := authenticated.KubeConfig()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "kubeconfig-"+user.Name)
-	return path, os.WriteFile(path, raw, 0o600)
+	return writeKubeconfig(authenticated.Config(), filepath.Join(dir, "kubeconfig-"+fileSafe.Replace(user.Name)))
 }
 
 // Kustomize builds the kustomization in dir with the kubectl of Assets (its embedded kustomize),
@@ -105,20 +105,9 @@ func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, stderr.String())
 	}
-	var objs []*unstructured.Unstructured
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		err := decoder.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decoding kubectl kustomize %s: %w", dir, err)
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
+	objs, err := Decode(out)
+	if err != nil {
+		return nil, fmt.Errorf("decoding kubectl kustomize %s: %w", dir, err)
 	}
 	if len(objs) == 0 {
 		return nil, fmt.Errorf("kubectl kustomize %s built nothing", dir)
@@ -126,13 +115,41 @@ func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
 	return objs, nil
 }
 
+// Decode splits a stream of YAML or JSON documents into objects, leaving out empty ones.
+func Decode(data []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		err := decoder.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+}
+
 // ManagerNamespace is the namespace config/ deploys the manager into.
 const ManagerNamespace = "toolnexus-system"
 
+// managerServiceAccount is the manager's ServiceAccount in ManagerNamespace, as config/rbac names
+// it (namePrefix of its kustomization).
+const managerServiceAccount = "toolnexus-controller-manager"
+
 // ManagerUser is the manager's ServiceAccount as the API server authenticates it: the subject
-// config/rbac binds (namespace and namePrefix of its kustomization).
-var ManagerUser = envtest.User{Name: "system:serviceaccount:" + ManagerNamespace + ":toolnexus-controller-manager",
-	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ManagerNamespace}}
+// config/rbac binds.
+var ManagerUser = serviceAccountUser(ManagerNamespace, managerServiceAccount)
+
+// serviceAccountUser is the user name and groups the API server gives a ServiceAccount's token.
+func serviceAccountUser(namespace, name string) envtest.User {
+	return envtest.User{Name: "system:serviceaccount:" + namespace + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace}}
+}
 
 // Install creates ManagerNamespace and the objects of config/<dir> for each dir (for example
 // "rbac", "policies"), as `kubectl apply -k` of a deployment would.

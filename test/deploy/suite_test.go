@@ -6,9 +6,7 @@ package deploy_test
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,14 +16,12 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
 var (
-	env        *envtest.Environment
+	testEnv    *testenv.Env
 	kubectl    string
 	kubeconfig string
 	// cacheDir is kubectl's discovery cache, this suite's own: a cache another run left for the
@@ -39,23 +35,11 @@ func TestDeploy(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	assets, err := testenv.Assets()
-	Expect(err).NotTo(HaveOccurred())
-	kubectl = filepath.Join(assets, "kubectl")
 	// No CRDs up front: the configurations install them.
-	env = &envtest.Environment{BinaryAssetsDirectory: assets}
-	_, err = env.Start()
-	Expect(err).NotTo(HaveOccurred())
-	dir := GinkgoT().TempDir()
-	kubeconfig, err = testenv.WriteKubeconfig(env, testenv.Admin, dir)
-	Expect(err).NotTo(HaveOccurred())
-	cacheDir = filepath.Join(dir, "cache")
-})
-
-var _ = AfterSuite(func() {
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
+	testEnv = testenv.Start(GinkgoT(), testenv.Options{WithoutCRDs: true})
+	kubectl = testEnv.Kubectl()
+	kubeconfig = testEnv.User(GinkgoT(), testenv.Admin.Name, testenv.Admin.Groups...).Kubeconfig
+	cacheDir = filepath.Join(GinkgoT().TempDir(), "cache")
 })
 
 // kustomizeBuild builds config/<dir> with bin/kustomize, the pinned kustomize `make deploy` uses
@@ -93,19 +77,9 @@ func run(stdin []byte, args ...string) (string, error) {
 
 // decode splits a multi-document YAML stream into objects.
 func decode(data []byte) []*unstructured.Unstructured {
-	var objs []*unstructured.Unstructured
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		err := decoder.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		ExpectWithOffset(1, err).NotTo(HaveOccurred())
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
-	}
+	objs, err := testenv.Decode(data)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return objs
 }
 
 // encode joins objects into a YAML stream kubectl reads.

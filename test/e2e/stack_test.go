@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,24 +20,16 @@ import (
 )
 
 // repoRoot is the repository's root directory.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
+var repoRoot = testenv.RepoRoot
 
 // assets is the directory holding etcd, kube-apiserver and kubectl.
 func assets(t *testing.T) string {
 	t.Helper()
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
-	}
-	cmd := exec.Command(filepath.Join(repoRoot(), "hack", "controlplane.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	dir, err := testenv.Assets()
 	if err != nil {
-		t.Fatalf("building the control plane with hack/controlplane.sh: %v", err)
+		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(out))
+	return dir
 }
 
 // buildBinaries builds what a user runs into dir, with the go command the test runs under.

@@ -21,37 +21,28 @@ import (
 	"github.com/chromedp/chromedp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus"
-	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/controller"
 	"github.com/toolnexus/operator/internal/testenv"
+	"github.com/toolnexus/operator/internal/testenv/operator"
 )
 
 const eventually = 30 * time.Second
 
 var (
-	env   *envtest.Environment
-	ctx   = context.Background()
-	admin client.Client
+	testEnv *testenv.Env
+	ctx     = context.Background()
+	admin   client.Client
 	// plugin is the built kubectl-toolnexus; kubeconfigs are alice's (an answerer, the runs'
 	// approver) and bob's (an answerer RBAC allows, but no approver).
 	plugin      string
 	kubeconfigs = map[string]string{}
 	chromium    string
-	stopManager func()
 )
 
 func TestInbox(t *testing.T) {
@@ -71,46 +62,19 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	plugin = filepath.Join(dir, "kubectl-toolnexus")
 
-	env, err = testenv.New()
-	Expect(err).NotTo(HaveOccurred())
-	cfg, err := env.Start()
-	Expect(err).NotTo(HaveOccurred())
-	scheme, err := testenv.Scheme()
-	Expect(err).NotTo(HaveOccurred())
-	admin, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-
 	By("installing config/rbac and config/policies")
-	Expect(testenv.Install(ctx, admin, "rbac", "policies")).To(Succeed())
+	testEnv = testenv.Start(GinkgoT(), testenv.Options{Install: []string{"rbac", "policies"}})
+	admin = testEnv.Client
 	// Both answer (answerer) and read transcripts (viewer, which the built-in view aggregates).
 	for _, role := range []string{"toolnexus-answerer", "toolnexus-agentrun-viewer"} {
-		Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "test-" + role},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects: []rbacv1.Subject{
-				{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"},
-				{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "bob"},
-			},
-		})).To(Succeed())
-	}
-	for _, name := range []string{"alice", "bob"} {
-		kubeconfigs[name], err = testenv.WriteKubeconfig(env, envtest.User{Name: name}, dir)
-		Expect(err).NotTo(HaveOccurred())
+		testEnv.Bind(GinkgoT(), "test-"+role, role, testenv.Users("alice", "bob")...)
 	}
 	By("waiting for RBAC to grant alice and bob their roles")
-	for _, user := range []string{"alice", "bob"} {
-		for _, attrs := range []authorizationv1.ResourceAttributes{
-			{Verb: "patch", Resource: "pendingrequests", Subresource: "status"},
-			{Verb: "watch", Resource: "pendingrequests"},
-			{Verb: "get", Resource: "agentrunrecords"},
-		} {
-			attrs.Group = toolnexusv1alpha1.GroupVersion.Group
-			Eventually(func() (bool, error) {
-				review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attrs}}
-				err := admin.Create(ctx, review)
-				return review.Status.Allowed, err
-			}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "%s may %s %s", user, attrs.Verb, attrs.Resource)
-		}
+	for _, name := range []string{"alice", "bob"} {
+		user := testEnv.User(GinkgoT(), name)
+		kubeconfigs[name] = user.Kubeconfig
+		testEnv.WaitAllowed(GinkgoT(), user.User, testenv.Access("patch", "pendingrequests/status"),
+			testenv.Access("watch", "pendingrequests"), testenv.Access("get", "agentrunrecords"))
 	}
 
 	// The policies are enforced, and discovery serves the CRDs to new clients, a moment after
@@ -139,50 +103,16 @@ var _ = BeforeSuite(func() {
 		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(ContainSubstring(want), user)
 	}
 
-	manager, err := env.AddUser(testenv.ManagerUser, cfg)
-	Expect(err).NotTo(HaveOccurred())
-	runManager(manager.Config())
+	runManager(testEnv.Manager(GinkgoT()).Config)
 })
 
-var _ = AfterSuite(func() {
-	if stopManager != nil {
-		stopManager()
-	}
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
-})
-
-// runManager runs the AgentRun controller with the manager's identity until the suite ends.
+// runManager runs the operator with the manager's identity until the suite ends.
 func runManager(cfg *rest.Config) {
-	skip := true
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: admin.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: &skip},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	Expect((&controller.AgentRunReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
-		Metrics: controller.NewMetrics(prometheus.NewRegistry(), mgr.GetClient()),
-	}).SetupWithManager(mgr)).To(Succeed())
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	stopManager = func() {
-		cancel()
-		<-done
-	}
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(runCtx)).To(Succeed())
-	}()
+	operator.New(GinkgoT(), cfg, nil).Start(GinkgoT())
 }
 
 func newNamespace() string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "inbox-"}}
-	Expect(admin.Create(ctx, ns)).To(Succeed())
-	return ns.Name
+	return testEnv.Namespace(GinkgoT(), "inbox-")
 }
 
 // startInbox runs `kubectl toolnexus -n ns inbox` as user until the spec ends and returns the URL

@@ -12,30 +12,23 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/toolnexus/operator/internal/controller"
 	"github.com/toolnexus/operator/internal/testenv"
+	"github.com/toolnexus/operator/internal/testenv/operator"
 	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
 var (
-	env    *envtest.Environment
-	cfg    *rest.Config
-	scheme *runtime.Scheme
-	ctx    = context.Background()
+	testEnv *testenv.Env
+	ctx     = context.Background()
 	// admin is system:masters: it stands in for a bug or a disk fault where a test damages what
 	// only the manager can write.
 	admin client.Client
@@ -45,8 +38,10 @@ var (
 	erin, alice client.Client
 	// managerConfig authenticates as the manager's ServiceAccount.
 	managerConfig *rest.Config
-	stopManager   context.CancelFunc
-	managerDone   chan struct{}
+	// toolnexus is the operator, run as managerConfig; managerDone is closed once the running
+	// manager has stopped.
+	toolnexus   *operator.Manager
+	managerDone <-chan struct{}
 )
 
 func TestTrustBoundary(t *testing.T) {
@@ -56,16 +51,9 @@ func TestTrustBoundary(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	var err error
-	env, err = testenv.New()
-	Expect(err).NotTo(HaveOccurred())
-	cfg, err = env.Start()
-	Expect(err).NotTo(HaveOccurred())
-	scheme, err = testenv.Scheme()
-	Expect(err).NotTo(HaveOccurred())
+	testEnv = testenv.Start(GinkgoT(), testenv.Options{Install: []string{"rbac", "policies"}})
 	admin = clientAs(envtest.User{Name: "admin", Groups: []string{"system:masters"}})
 
-	Expect(testenv.Install(ctx, admin, "rbac", "policies")).To(Succeed())
 	// envtest runs no controller-manager, so ClusterRole aggregation does not happen: bind erin
 	// to what "edit" would aggregate, and give her ConfigMaps and Secrets as "edit" does.
 	Expect(admin.Create(ctx, &rbacv1.ClusterRole{
@@ -78,64 +66,35 @@ var _ = BeforeSuite(func() {
 	bind("alice-answerer", "toolnexus-answerer", "alice")
 	erin = clientAs(envtest.User{Name: "erin"})
 	alice = clientAs(envtest.User{Name: "alice"})
-	manager, err := env.AddUser(testenv.ManagerUser, cfg)
-	Expect(err).NotTo(HaveOccurred())
-	managerConfig = manager.Config()
+	managerConfig = testEnv.Manager(GinkgoT()).Config
+	// The manager requires the Secret access label and holds at most 8 MiB of transcript per run.
+	toolnexus = operator.New(GinkgoT(), managerConfig, func() controller.Options {
+		return controller.Options{RequireSecretLabel: true, MaxTranscriptRawBytes: 8 << 20}
+	})
 	startManager()
 })
 
-var _ = AfterSuite(func() {
-	if stopManager != nil {
-		stopManager()
-		<-managerDone
-	}
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
-})
-
 func bind(name, role, user string) {
-	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-	})).To(Succeed())
+	testEnv.Bind(GinkgoT(), name, role, testenv.Users(user)...)
 }
 
 // clientAs provisions an authenticated user (a client certificate) and returns a client for it.
 func clientAs(user envtest.User) client.Client {
-	authenticated, err := env.AddUser(user, cfg)
-	Expect(err).NotTo(HaveOccurred())
-	c, err := client.New(authenticated.Config(), client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	return c
+	return testEnv.User(GinkgoT(), user.Name, user.Groups...).Client
 }
 
-// startManager runs the AgentRun controller as the manager's ServiceAccount, requiring the
-// Secret access label and holding at most 8 MiB of transcript per run, until stopManager is called.
+// startManager runs the operator as the manager's ServiceAccount until stopManager is called.
 func startManager() {
-	skip := true
-	mgr, err := ctrl.NewManager(managerConfig, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: &skip},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	Expect((&controller.AgentRunReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clock.RealClock{},
-		Metrics:               controller.NewMetrics(prometheus.NewRegistry(), mgr.GetClient()),
-		RequireSecretLabel:    true,
-		MaxTranscriptRawBytes: 8 << 20,
-	}).SetupWithManager(mgr)).To(Succeed())
-	runCtx, cancel := context.WithCancel(context.Background())
-	stopManager, managerDone = cancel, make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(managerDone)
-		Expect(mgr.Start(runCtx)).To(Succeed())
-	}()
+	toolnexus.Start(GinkgoT())
+	managerDone = toolnexus.Done()
 }
 
+// stopManager stops the manager; managerDone is closed once it has.
+func stopManager() {
+	Expect(toolnexus.Stop()).To(Succeed())
+}
+
+// restartManager stops the manager and starts a new one, as a process restart would.
 func restartManager() {
 	stopManager()
 	<-managerDone
@@ -143,9 +102,7 @@ func restartManager() {
 }
 
 func newNamespace() string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "trust-"}}
-	Expect(admin.Create(ctx, ns)).To(Succeed())
-	return ns.Name
+	return testEnv.Namespace(GinkgoT(), "trust-")
 }
 
 // newToolServer is the fake HTTP tool of every spec: it answers "purchased" and records each call.

@@ -1,142 +1,61 @@
-// Package looptest fakes what the loop talks to over HTTP, for tests, the benchmark and the
-// stand-in model. Its core is one fake HTTP server on loopback (Serve for a test, which records
-// what it was sent; Handler for a long-running process) answering each request with a Reply that
-// a Responder computes, or that New takes from a script. The model side is here too: the OpenAI
-// chat-completions wire types and replies, and Anthropic Messages replies. Package toolstest
-// speaks the HTTP tool protocol over the same server.
+// Package looptest fakes the models the loop talks to, for tests, the benchmark and the stand-in
+// model: the OpenAI chat-completions wire types and replies, and Anthropic Messages replies, served
+// over the project's fake HTTP server (package fakehttp, real HTTP on loopback). Serve answers each
+// request with a Reply a Responder computes and records what it was sent; New takes the replies
+// from a script; Handler serves a long-running process. A request the fake does not read gets an
+// OpenAI error.
 package looptest
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync"
-	"time"
+
+	"github.com/toolnexus/operator/internal/testenv/fakehttp"
 )
 
 // T is the part of testing.TB the fake needs; Ginkgo's GinkgoT() satisfies it too.
-type T interface {
-	Helper()
-	Errorf(format string, args ...any)
-	Fatalf(format string, args ...any)
-	Cleanup(func())
-}
+type T = fakehttp.T
 
 // Reply is one response of the fake.
-type Reply struct {
-	Status int // 0 means 200
-	Header http.Header
-	Body   string
-	// Delay is how long the fake waits before answering, as a slow model would; a request
-	// cancelled meanwhile gets no answer.
-	Delay time.Duration
-}
+type Reply = fakehttp.Reply
 
-// Write writes the reply, as JSON unless its Header names another Content-Type. It ignores Delay.
-func (r Reply) Write(w http.ResponseWriter) {
-	for k, v := range r.Header {
-		w.Header()[k] = v
-	}
-	if w.Header().Get("Content-Type") == "" {
-		w.Header().Set("Content-Type", "application/json")
-	}
-	w.WriteHeader(max(r.Status, http.StatusOK))
-	_, _ = io.WriteString(w, r.Body)
-}
-
-// Request is one request the fake received.
-type Request struct {
-	Method string
-	Path   string
-	Header http.Header
-	Body   []byte
-}
+// Request is one request the fake received; Chat decodes a chat-completions request.
+type Request fakehttp.Request
 
 // JSON decodes the request body.
 func (r Request) JSON(t T) map[string]any {
 	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.Body, &m); err != nil {
-		t.Fatalf("request body is not JSON: %v\n%s", err, r.Body)
-	}
-	return m
+	return fakehttp.Request(r).JSON(t)
 }
 
 // Responder computes the reply to one request. It may be called concurrently.
 type Responder func(Request) Reply
 
+func (respond Responder) overHTTP() fakehttp.Responder {
+	return func(r fakehttp.Request) Reply { return respond(Request(r)) }
+}
+
 // MaxRequestBytes bounds the request body the fake reads, as a real endpoint bounds it (and the
 // stand-in model, a shared process, must); a larger one gets a 413.
-const MaxRequestBytes = 32 << 20
+const MaxRequestBytes = fakehttp.MaxRequestBytes
 
 // Handler answers every request with respond and records nothing, for a process that serves for
 // as long as it runs (the benchmark, the stand-in model).
 func Handler(respond Responder) http.Handler {
-	return handler{respond: respond}
-}
-
-type handler struct {
-	respond Responder
-	// received, when set, sees every request before it is answered.
-	received func(Request)
-}
-
-func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	if err != nil {
-		if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
-			OpenAIError(http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes", MaxRequestBytes)).Write(w)
-		} else {
-			OpenAIError(http.StatusBadRequest, "reading the request body: "+err.Error()).Write(w)
-		}
-		return
-	}
-	req := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
-	if h.received != nil {
-		h.received(req)
-	}
-	reply := h.respond(req)
-	if reply.Delay > 0 && !sleep(r.Context(), reply.Delay) {
-		return
-	}
-	reply.Write(w)
-}
-
-// sleep waits d, or less when ctx ends first; it reports whether it waited d.
-func sleep(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return fakehttp.Handler(respond.overHTTP(), OpenAIError)
 }
 
 // Server is a fake endpoint for one test. URL is its base URL.
 type Server struct {
 	URL string
 
-	mu       sync.Mutex
-	requests []Request
+	http *fakehttp.Server
 }
 
 // Serve starts a server answering every request with respond; it is closed when the test ends.
 func Serve(t T, respond Responder) *Server {
-	s := &Server{}
-	srv := httptest.NewServer(handler{respond: respond, received: func(r Request) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.requests = append(s.requests, r)
-	}})
-	t.Cleanup(srv.Close)
-	s.URL = srv.URL
-	return s
+	srv := fakehttp.Serve(t, respond.overHTTP(), OpenAIError)
+	return &Server{URL: srv.URL, http: srv}
 }
 
 // New starts a server answering with replies in order; it is closed when the test ends. A request
@@ -160,7 +79,10 @@ func New(t T, replies ...Reply) *Server {
 
 // Requests returns what the server was sent so far.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	received := s.http.Requests()
+	requests := make([]Request, len(received))
+	for i, r := range received {
+		requests[i] = Request(r)
+	}
+	return requests
 }

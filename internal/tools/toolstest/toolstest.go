@@ -1,8 +1,9 @@
 // Package toolstest is the project's one fake HTTP tool server, for tests and the benchmark. It
-// speaks the HTTP tool protocol (README, "HTTP tools") over the fake HTTP server of package looptest (real HTTP
-// on loopback): a call carries its arguments as a JSON body and an Idempotency-Key header, and
-// the retry after a suspension also carries Toolnexus-Answer, the Answer as JSON, base64url-encoded
-// without padding. The fake decodes each call into a Call and answers it with a Responder.
+// speaks the HTTP tool protocol (README, "HTTP tools") over the project's fake HTTP server (package
+// fakehttp, real HTTP on loopback): a call carries its arguments as a JSON body and an
+// Idempotency-Key header, and the retry after a suspension also carries Toolnexus-Answer, the
+// Answer as JSON, base64url-encoded without padding. The fake decodes each call into a Call and
+// answers it with a Responder.
 package toolstest
 
 import (
@@ -11,7 +12,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/testenv/fakehttp"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -35,20 +36,20 @@ type Responder func(Call) (status int, body string)
 // Handler answers every call with respond and records nothing, for a process that serves for as
 // long as it runs (the benchmark). A call with a malformed Toolnexus-Answer gets a 400.
 func Handler(respond Responder) http.Handler {
-	return looptest.Handler(answer(respond, nil))
+	return fakehttp.Handler(answer(respond, nil), refuse)
 }
 
 // Server is a fake tool server for one test. URL is its base URL; a tool is URL + "/" + path.
 type Server struct {
 	URL string
 
-	http *looptest.Server
+	http *fakehttp.Server
 }
 
 // Serve starts a tool server answering every call with respond; it is closed when the test ends.
 // A call with a malformed Toolnexus-Answer fails the test and gets a 400.
-func Serve(t looptest.T, respond Responder) *Server {
-	srv := looptest.Serve(t, answer(respond, t))
+func Serve(t fakehttp.T, respond Responder) *Server {
+	srv := fakehttp.Serve(t, answer(respond, t), refuse)
 	return &Server{URL: srv.URL, http: srv}
 }
 
@@ -64,8 +65,8 @@ func (s *Server) Calls() []Call {
 }
 
 // answer adapts respond to the HTTP fake; t, when set, hears of malformed calls.
-func answer(respond Responder, t looptest.T) looptest.Responder {
-	return func(r looptest.Request) looptest.Reply {
+func answer(respond Responder, t fakehttp.T) fakehttp.Responder {
+	return func(r fakehttp.Request) fakehttp.Reply {
 		c, err := decode(r)
 		if err != nil {
 			if t != nil {
@@ -77,15 +78,20 @@ func answer(respond Responder, t looptest.T) looptest.Responder {
 	}
 }
 
-func reply(status int, body string) looptest.Reply {
+// refuse answers a call the fake does not read, as it answers a malformed one.
+func refuse(status int, message string) fakehttp.Reply {
+	return reply(status, "toolstest: "+message)
+}
+
+func reply(status int, body string) fakehttp.Reply {
 	contentType := "text/plain; charset=utf-8"
 	if json.Valid([]byte(body)) {
 		contentType = "application/json"
 	}
-	return looptest.Reply{Status: status, Header: http.Header{"Content-Type": {contentType}}, Body: body}
+	return fakehttp.Reply{Status: status, Header: http.Header{"Content-Type": {contentType}}, Body: body}
 }
 
-func decode(r looptest.Request) (Call, error) {
+func decode(r fakehttp.Request) (Call, error) {
 	c := Call{Method: r.Method, Path: r.Path, Body: r.Body, IdempotencyKey: r.Header.Get(tools.IdempotencyKeyHeader), Header: r.Header}
 	_ = json.Unmarshal(r.Body, &c.Args)
 	h := r.Header.Get(tools.AnswerHeader)
