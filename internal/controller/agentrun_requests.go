@@ -14,6 +14,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/tools"
 )
@@ -55,7 +56,7 @@ func (r *AgentRunReconciler) consumeAnswers(ctx context.Context, s *scope) error
 				continue // the cache has not seen it yet
 			}
 			if live != nil {
-				r.fail(s, mismatch("PendingRequest %s is not the request this run created for call %s (it was replaced)", name, call.ID))
+				r.fail(s, runstore.Mismatch("PendingRequest %s is not the request this run created for call %s (it was replaced)", name, call.ID))
 				return nil
 			}
 			s.event(func() {
@@ -132,13 +133,13 @@ func verifyRequest(call loop.Call, preq *toolnexusv1alpha1.PendingRequest) error
 	tc, rq := preq.Spec.ToolCall, preq.Spec.Request
 	switch {
 	case string(preq.UID) != call.Announced.UID:
-		return mismatch("PendingRequest %s is not the request this run created for call %s (it was replaced)", preq.Name, call.ID)
+		return runstore.Mismatch("PendingRequest %s is not the request this run created for call %s (it was replaced)", preq.Name, call.ID)
 	case tc.ID != call.ID || tc.Name != call.Name:
-		return mismatch("PendingRequest %s shows call %s of %s, the run's record holds call %s of %s", preq.Name, tc.ID, tc.Name, call.ID, call.Name)
+		return runstore.Mismatch("PendingRequest %s shows call %s of %s, the run's record holds call %s of %s", preq.Name, tc.ID, tc.Name, call.ID, call.Name)
 	case rq.ID != call.Request.ID || rq.Kind != call.Request.Kind:
-		return mismatch("PendingRequest %s shows request %s (%s), the run's record holds request %s (%s)", preq.Name, rq.ID, rq.Kind, call.Request.ID, call.Request.Kind)
+		return runstore.Mismatch("PendingRequest %s shows request %s (%s), the run's record holds request %s (%s)", preq.Name, rq.ID, rq.Kind, call.Request.ID, call.Request.Kind)
 	case tc.Arguments != call.Args:
-		return mismatch("PendingRequest %s shows other arguments for call %s than the run's record holds; the call does not run", preq.Name, call.ID)
+		return runstore.Mismatch("PendingRequest %s shows other arguments for call %s than the run's record holds; the call does not run", preq.Name, call.ID)
 	}
 	return nil
 }
@@ -146,8 +147,8 @@ func verifyRequest(call loop.Call, preq *toolnexusv1alpha1.PendingRequest) error
 // fail ends the run closed: nothing runs, its requests are cancelled, status says why.
 func (r *AgentRunReconciler) fail(s *scope, err error) {
 	reason := toolnexusv1alpha1.ReasonStateMismatch
-	if bad, ok := err.(*corruptError); ok {
-		reason = bad.reason
+	if bad, ok := err.(*runstore.CorruptError); ok {
+		reason = bad.Reason
 	}
 	s.rec.State.End(reason, truncate(err.Error(), 1024))
 	s.dirty = true
@@ -229,7 +230,7 @@ func (r *AgentRunReconciler) announce(ctx context.Context, s *scope) error {
 			// Created before a crash, possibly answered since: read it as it is now.
 			if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(preq), preq); err == nil {
 				if !metav1.IsControlledBy(preq, s.run) || !equality.Semantic.DeepEqual(preq.Spec, want) {
-					r.fail(s, mismatch("PendingRequest %s exists but is not the request this run would create for call %s; delete it or rename the run", preq.Name, call.ID))
+					r.fail(s, runstore.Mismatch("PendingRequest %s exists but is not the request this run would create for call %s; delete it or rename the run", preq.Name, call.ID))
 					return nil
 				}
 			}
