@@ -70,8 +70,8 @@ func expectWholeOutputs(run *toolnexusv1alpha1.AgentRun, ts *bigOutputs, model *
 	for _, id := range ids {
 		out := ts.output(run, id)
 		Expect(out).To(HaveLen(tools.DefaultMaxOutputBytes), "call %s", id)
-		Expect(stored[id] == out).To(BeTrue(), "the record holds call %s's output whole", id)
-		Expect(sent[id] == out).To(BeTrue(), "the model was sent call %s's output whole", id)
+		Expect(stored[id]).To(Equal(out), "the record holds call %s's output whole", id)
+		Expect(sent[id]).To(Equal(out), "the model was sent call %s's output whole", id)
 	}
 }
 
