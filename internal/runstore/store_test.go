@@ -248,7 +248,7 @@ func TestLoadReadsWhatItMust(t *testing.T) {
 
 // Two tool outputs of 1 MiB that do not compress pass what one object holds: their segment spans
 // parts, the head stays within sealAt, and the record reads back whole, for the manager and for
-// the plugin. So does a model response of 16 MiB within the default bounds.
+// the plugin. So does a model response of 16 MiB when the run's bounds allow it.
 func TestSaveSplitsWhatOneObjectCannotHold(t *testing.T) {
 	ctx := context.Background()
 	run := testRun()
@@ -281,17 +281,25 @@ func TestSaveSplitsWhatOneObjectCannotHold(t *testing.T) {
 	}
 	sameState(t, rec.State, read.State)
 
+	// The final answer of a 16 MiB response is held twice, as the message and as the run's text:
+	// past the default decoded total, named as such, and stored whole when the bound allows it.
+	answer := incompressible(t, 16<<20)
 	rec.State.Turn++
-	rec.State.Messages = append(rec.State.Messages, state.Message{Role: state.RoleAssistant, Content: incompressible(t, 16<<20)})
-	rec.State.Status, rec.State.Text = state.StatusDone, "done"
-	if err := s.Save(ctx, run, rec); err != nil {
-		t.Fatalf("saving a model response of 16 MiB: %v", err)
+	rec.State.Messages = append(rec.State.Messages, state.Message{Role: state.RoleAssistant, Content: answer})
+	rec.State.Status, rec.State.Text = state.StatusDone, answer
+	var tl *TooLargeError
+	if err := s.Save(ctx, run, rec); !errors.As(err, &tl) || tl.Bound != BoundDecoded {
+		t.Fatalf("saving a final answer of 16 MiB within the default bounds = %v, want the decoded total named", err)
 	}
-	if len(rec.segments) != 2 || rec.segments[1].Index != rec.segments[0].last()+1 {
-		t.Fatalf("segments %+v: want a second one after the first", rec.segments)
+	s = newStore(c, Limits{MaxRawBytes: 40 << 20})
+	if err := s.Save(ctx, run, rec); err != nil {
+		t.Fatalf("saving a final answer of 16 MiB within a decoded total of 40 MiB: %v", err)
+	}
+	if len(rec.segments) != 2 || rec.segments[1].Index != rec.segments[0].last()+1 || rec.spill == nil {
+		t.Fatalf("segments %+v, spill %+v: want a second segment after the first, and the text spilled", rec.segments, rec.spill)
 	}
 	records(t, c, run)
-	if loaded, err = newStore(c, Limits{}).Load(ctx, started(run)); err != nil {
+	if loaded, err = newStore(c, Limits{MaxRawBytes: 40 << 20}).Load(ctx, started(run)); err != nil {
 		t.Fatal(err)
 	}
 	sameState(t, rec.State, loaded.State)
