@@ -11,7 +11,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
-	"github.com/toolnexus/operator/internal/record"
+	"github.com/toolnexus/operator/internal/runstore"
 )
 
 // hostile is what a model or a tool may write to an approver's terminal: SGR 8 hides what
@@ -69,8 +69,8 @@ var _ = Describe("What a model or a tool wrote", func() {
 			},
 			Turn: 2, Model: "gpt\x1b[8m", Status: loop.StatusDone, Text: hostile,
 		}
-		writeRecord(ns, "buy-gpu", 0, record.Head{State: state})
 		r := newRun(ns, toolnexusv1alpha1.AgentRunStatus{Phase: toolnexusv1alpha1.RunPhaseRunning})
+		writeRecord(r, "buy-gpu", 0, runstore.Head{State: state})
 		status := succeeded()
 		status.Text = hostile
 		status.TranscriptRef = &toolnexusv1alpha1.TranscriptReference{Name: "buy-gpu"}

@@ -18,7 +18,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
-	"github.com/toolnexus/operator/internal/record"
+	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -108,9 +108,9 @@ func succeeded() toolnexusv1alpha1.AgentRunStatus {
 	}
 }
 
-// writeRecord stores v as the manager stores a part of a run's record: gzipped JSON in an
+// writeRecord stores v as the manager stores a part of run's record: gzipped JSON in an
 // AgentRunRecord.
-func writeRecord(ns, name string, index int32, v any) {
+func writeRecord(run *toolnexusv1alpha1.AgentRun, name string, index int32, v any) {
 	raw, err := json.Marshal(v)
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	var gz bytes.Buffer
@@ -123,8 +123,8 @@ func writeRecord(ns, name string, index int32, v any) {
 		part = toolnexusv1alpha1.RecordPartSegment
 	}
 	ExpectWithOffset(1, admin.Create(ctx, &toolnexusv1alpha1.AgentRunRecord{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Run:        toolnexusv1alpha1.RecordRunReference{Name: "buy-gpu", UID: "uid"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace},
+		Run:        toolnexusv1alpha1.RecordRunReference{Name: run.Name, UID: string(run.UID)},
 		Part:       part, Index: index, Encoding: toolnexusv1alpha1.RecordEncoding, Data: gz.Bytes(),
 	})).To(Succeed())
 }
@@ -374,10 +374,10 @@ var _ = Describe("kubectl toolnexus", func() {
 			// As the controller stores it: the first messages sealed in a segment, the rest in the head.
 			head := *state
 			head.Messages = state.Messages[2:]
-			writeRecord(ns, "buy-gpu.seg-1", 1, record.Segment{Messages: state.Messages[:2]})
-			writeRecord(ns, "buy-gpu", 0, record.Head{State: &head,
-				Segments: []record.SegmentRef{{Name: "buy-gpu.seg-1", Messages: 2, Bytes: 100, RawBytes: 300}}})
 			run := newRun(ns, toolnexusv1alpha1.AgentRunStatus{Phase: toolnexusv1alpha1.RunPhaseRunning})
+			writeRecord(run, "buy-gpu.seg-1", 1, runstore.Segment{Messages: state.Messages[:2]})
+			writeRecord(run, "buy-gpu", 0, runstore.Head{State: &head,
+				Segments: []runstore.SegmentRef{{Blob: runstore.Blob{Name: "buy-gpu.seg-1", Bytes: 100, RawBytes: 300}, Messages: 2}}})
 
 			_, stderr, err := kubectlToolnexus("alice", "-n", ns, "transcript", "buy-gpu")
 			Expect(err).To(HaveOccurred())

@@ -11,10 +11,10 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/state"
-	"github.com/toolnexus/operator/internal/record"
+	"github.com/toolnexus/operator/internal/runstore"
 )
 
-// maxTranscriptBytes bounds what the plugin decodes of one record object.
+// maxTranscriptBytes bounds what the plugin decodes of a run's record.
 const maxTranscriptBytes = 256 << 20
 
 func newTranscriptCommand(o *options) *cobra.Command {
@@ -48,44 +48,18 @@ func (o *options) runTranscript(ctx context.Context, name string) error {
 	return printTranscript(o.out, run, st)
 }
 
-// loadTranscript reads the run's state from the AgentRunRecords it owns: the head and, in order,
-// the sealed segments that hold the older messages.
+// loadTranscript reads the run's state from the AgentRunRecords it owns, checked as the manager
+// checks them: the head and, in order, the parts that hold the older messages.
 func (o *options) loadTranscript(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (*state.State, error) {
 	name := run.Name
 	if run.Status.TranscriptRef == nil || run.Status.TranscriptRef.Name == "" {
 		return nil, fmt.Errorf("agentruns.toolnexus.dev %q has no transcript yet (status.transcriptRef is empty): the run has not taken a step", name)
 	}
-	head := &record.Head{}
-	if err := o.readRecord(ctx, run.Namespace, run.Status.TranscriptRef.Name, head); err != nil {
+	rec, err := runstore.Read(ctx, o.client, run, maxTranscriptBytes)
+	if err != nil {
 		return nil, fmt.Errorf("reading the transcript of agentruns.toolnexus.dev %q: %w", name, err)
 	}
-	if head.State == nil {
-		return nil, fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: the record has no state", run.Status.TranscriptRef.Name)
-	}
-	// The sealed segments hold the older messages, in order; the head holds the rest.
-	segs := make([]*record.Segment, len(head.Segments))
-	for i, ref := range head.Segments {
-		segs[i] = &record.Segment{}
-		if err := o.readRecord(ctx, run.Namespace, ref.Name, segs[i]); err != nil {
-			return nil, fmt.Errorf("reading transcript segment %q of agentruns.toolnexus.dev %q: %w", ref.Name, name, err)
-		}
-	}
-	if err := record.Join(head, segs); err != nil {
-		return nil, err
-	}
-	return head.State, nil
-}
-
-// readRecord decodes one AgentRunRecord into v.
-func (o *options) readRecord(ctx context.Context, namespace, name string, v any) error {
-	rec := &toolnexusv1alpha1.AgentRunRecord{}
-	if err := o.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rec); err != nil {
-		return err
-	}
-	if _, err := record.Decode(rec.Data, v, maxTranscriptBytes); err != nil {
-		return fmt.Errorf("agentrunrecords.toolnexus.dev %q holds no readable transcript: %w", name, err)
-	}
-	return nil
+	return rec.State, nil
 }
 
 func printTranscript(out io.Writer, run *toolnexusv1alpha1.AgentRun, st *state.State) error {

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/record"
+	"github.com/toolnexus/operator/internal/runstore"
 )
 
 // A run of an Agent (spec.agentRef) resolves the Agent once, before its first step, and saves
@@ -22,7 +22,7 @@ import (
 // Agent does not exist.
 func (r *AgentRunReconciler) resolveSpec(ctx context.Context, s *scope) (found bool, err error) {
 	run := s.run
-	if ref := run.Spec.AgentRef; ref != nil && s.rec.agent == nil && !s.rec.started() {
+	if ref := run.Spec.AgentRef; ref != nil && s.rec.Agent == nil && !s.rec.Started() {
 		agent := &toolnexusv1alpha1.Agent{}
 		err := r.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, agent)
 		if apierrors.IsNotFound(err) {
@@ -38,7 +38,7 @@ func (r *AgentRunReconciler) resolveSpec(ctx context.Context, s *scope) (found b
 		if err != nil {
 			return false, fmt.Errorf("snapshotting Agent %s: %w", ref.Name, err)
 		}
-		s.rec.agent = &record.AgentSnapshot{Name: agent.Name, Generation: agent.Generation, Spec: raw}
+		s.rec.Agent = &runstore.AgentSnapshot{Name: agent.Name, Generation: agent.Generation, Spec: raw}
 		// Saved before any step runs: a step's outcome is applied to the saved record only.
 		if err := r.save(ctx, s); err != nil {
 			return false, err
@@ -57,13 +57,13 @@ func (r *AgentRunReconciler) resolveSpec(ctx context.Context, s *scope) (found b
 // effectiveSpec is the spec a run runs with: its own, or the snapshot of its Agent with the
 // run's prompt and, when the run sets one, its maxTurns. A run of an Agent without a snapshot
 // (one that ended before resolving it) gets its own spec.
-func effectiveSpec(run *toolnexusv1alpha1.AgentRun, rec *runRecord) (*toolnexusv1alpha1.AgentRunSpec, error) {
-	if run.Spec.AgentRef == nil || rec.agent == nil {
+func effectiveSpec(run *toolnexusv1alpha1.AgentRun, rec *runstore.Record) (*toolnexusv1alpha1.AgentRunSpec, error) {
+	if run.Spec.AgentRef == nil || rec.Agent == nil {
 		return &run.Spec, nil
 	}
 	var agent toolnexusv1alpha1.AgentSpec
-	if err := json.Unmarshal(rec.agent.Spec, &agent); err != nil {
-		return nil, fmt.Errorf("decoding the snapshot of Agent %s in the run's record: %w", rec.agent.Name, err)
+	if err := json.Unmarshal(rec.Agent.Spec, &agent); err != nil {
+		return nil, fmt.Errorf("decoding the snapshot of Agent %s in the run's record: %w", rec.Agent.Name, err)
 	}
 	spec := run.Spec.DeepCopy()
 	spec.AgentSpec = agent

@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/record"
+	"github.com/toolnexus/operator/internal/runstore"
 )
 
 func TestEffectiveSpec(t *testing.T) {
@@ -19,7 +19,7 @@ func TestEffectiveSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snapshot := &record.AgentSnapshot{Name: "purchasing", Generation: 3, Spec: raw}
+	snapshot := &runstore.AgentSnapshot{Name: "purchasing", Generation: 3, Spec: raw}
 	ofAgent := func(maxTurns int32) toolnexusv1alpha1.AgentRunSpec {
 		s := toolnexusv1alpha1.AgentRunSpec{AgentRef: &toolnexusv1alpha1.AgentReference{Name: "purchasing"}, Prompt: "buy a gpu"}
 		s.MaxTurns = maxTurns
@@ -34,7 +34,7 @@ func TestEffectiveSpec(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		spec  toolnexusv1alpha1.AgentRunSpec
-		agent *record.AgentSnapshot
+		agent *runstore.AgentSnapshot
 		want  toolnexusv1alpha1.AgentRunSpec
 	}{
 		{"an inline run is its own spec", inline, nil, inline},
@@ -44,7 +44,7 @@ func TestEffectiveSpec(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := &toolnexusv1alpha1.AgentRun{Spec: tc.spec}
-			got, err := effectiveSpec(run, &runRecord{agent: tc.agent})
+			got, err := effectiveSpec(run, &runstore.Record{Agent: tc.agent})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,7 +54,7 @@ func TestEffectiveSpec(t *testing.T) {
 		})
 	}
 	if _, err := effectiveSpec(&toolnexusv1alpha1.AgentRun{Spec: ofAgent(0)},
-		&runRecord{agent: &record.AgentSnapshot{Name: "x", Spec: json.RawMessage(`[]`)}}); err == nil {
+		&runstore.Record{Agent: &runstore.AgentSnapshot{Name: "x", Spec: json.RawMessage(`[]`)}}); err == nil {
 		t.Error("a snapshot that does not decode must be an error")
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
+	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/telemetry"
 )
 
@@ -103,7 +104,16 @@ type AgentRunReconciler struct {
 	// Executor runs the steps; SetupWithManager makes one, run by the manager while it leads.
 	Executor *executor.Executor
 	steps    *steps
+	store    *runstore.Store
 }
+
+const (
+	// DefaultMaxTranscriptBytes bounds a run's stored transcript, compressed.
+	DefaultMaxTranscriptBytes = runstore.DefaultMaxBytes
+	// DefaultMaxTranscriptRawBytes bounds a run's transcript decoded: what a reconcile holds in
+	// memory.
+	DefaultMaxTranscriptRawBytes = runstore.DefaultMaxRawBytes
+)
 
 var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
 
@@ -143,6 +153,7 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		// (a model turn's tool calls among it) is never applied.
 		r.Executor.Cancel(req.String())
 		r.steps.forget(req.NamespacedName)
+		r.store.Forget(req.NamespacedName)
 	}
 	if err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -161,17 +172,24 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	if !busy {
 		outcome = r.steps.take(key, run.UID)
 	}
-	rec, err := r.loadRecord(ctx, run, outcome)
-	var bad *corruptError
+	// A finished step's outcome is applied to the record it started from, as the reconcile that
+	// submitted it left it: no read, so nothing can fail between taking the outcome and applying it.
+	var rec *runstore.Record
+	if outcome != nil {
+		rec = outcome.from
+	} else {
+		rec, err = r.store.Load(ctx, run)
+	}
+	var bad *runstore.CorruptError
 	if errors.As(err, &bad) {
 		// The run cannot go on; its status says why, its requests are closed, and nothing runs.
-		rec = &runRecord{State: loop.NewState(run.Spec.Prompt), head: &toolnexusv1alpha1.AgentRunRecord{}}
-		rec.State.End(bad.reason, truncate(bad.Error(), 1024))
+		rec = &runstore.Record{State: loop.NewState(run.Spec.Prompt), Head: &toolnexusv1alpha1.AgentRunRecord{}}
+		rec.State.End(bad.Reason, truncate(bad.Error(), 1024))
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
 	s := &scope{run: run, before: run.DeepCopy(), rec: rec, now: r.Clock.Now(), busy: busy, outcome: outcome,
-		startedAtLoad: rec.started(), endedAtLoad: bad == nil && rec.State.Ended()}
+		startedAtLoad: rec.Started(), endedAtLoad: bad == nil && rec.State.Ended()}
 	if s.requests, err = r.requestsOf(ctx, run); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -193,7 +211,7 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 			return ctrl.Result{}, err
 		}
 	}
-	if err := r.checkUnread(ctx, run, s.rec); err != nil {
+	if err := r.store.CheckUnread(ctx, run, s.rec); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.project(ctx, s); err != nil {
@@ -240,7 +258,7 @@ func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
 type scope struct {
 	run    *toolnexusv1alpha1.AgentRun
 	before *toolnexusv1alpha1.AgentRun
-	rec    *runRecord
+	rec    *runstore.Record
 	// spec is what the run runs with: its own spec, or for a run of an Agent the Agent's snapshot
 	// with the run's prompt and maxTurns. Every use of the agent's fields reads it.
 	spec *toolnexusv1alpha1.AgentRunSpec
@@ -343,7 +361,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	if !s.rec.started() {
+	if !s.rec.Started() {
 		// The record exists before the first step, as a run of an Agent's does with its snapshot:
 		// the run is started from then on, and its status says so in the same write.
 		if err := r.save(ctx, s); err != nil || s.rec.State.Ended() {
@@ -359,19 +377,19 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 
 // save persists the record; a record too large to store ends the run with TranscriptTooLarge.
 func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
-	err := r.saveRecord(ctx, s.run, s.rec)
-	if errors.Is(err, errRecordTooLarge) {
+	err := r.store.Save(ctx, s.run, s.rec)
+	var tooLarge *runstore.TooLargeError
+	if errors.As(err, &tooLarge) {
 		// What could not be stored ends here: status is the run's last word.
 		s.rec.State.End(toolnexusv1alpha1.ReasonTranscriptTooLarge,
-			fmt.Sprintf("The run stopped: %v (%d MiB compressed, %d MiB decoded); reduce tool output or maxTurns",
-				err, r.maxTranscriptBytes()>>20, r.maxTranscriptRawBytes()>>20))
+			fmt.Sprintf("The run stopped: %v; reduce tool output or maxTurns", tooLarge))
 		s.dirty = false
 		r.owe(s)
 		return nil
 	}
-	var bad *corruptError
+	var bad *runstore.CorruptError
 	if errors.As(err, &bad) {
-		s.rec.State.End(bad.reason, truncate(bad.Error(), 1024))
+		s.rec.State.End(bad.Reason, truncate(bad.Error(), 1024))
 		s.dirty = false
 		r.owe(s)
 		return nil
@@ -388,7 +406,7 @@ func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
 // the status is then the run's last word). They are reported once a status patch shows them,
 // whatever fails between the save and that patch (a request's update, a Secret's read).
 func (r *AgentRunReconciler) owe(s *scope) {
-	r.steps.owe(runKey(s.run), s.run.UID, !s.startedAtLoad && s.rec.started(), !s.endedAtLoad && s.rec.State.Ended())
+	r.steps.owe(runKey(s.run), s.run.UID, !s.startedAtLoad && s.rec.Started(), !s.endedAtLoad && s.rec.State.Ended())
 }
 
 // reconcileFinished deletes a finished run once ttlSecondsAfterFinished has passed.
@@ -464,6 +482,8 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.HTTPClient = telemetry.Propagating(r.HTTPClient)
 	}
 	r.steps = newSteps()
+	r.store = runstore.New(r.Client, r.APIReader, r.Scheme,
+		runstore.Limits{MaxBytes: r.MaxTranscriptBytes, MaxRawBytes: r.MaxTranscriptRawBytes})
 	if r.Executor == nil {
 		r.Executor = executor.New(r.MaxInflight, r.MaxInflightPerNamespace, r.Metrics.executorObserver())
 		if err := mgr.Add(r.Executor); err != nil {

@@ -59,7 +59,8 @@ var _ = Describe("AgentRun size limits", func() {
 			return 200, base64.StdEncoding.EncodeToString(raw) // 1 MiB that compresses to 0.75 MiB at best
 		})
 		var replies []looptest.Reply
-		for i := 1; i <= 6; i++ {
+		// The sixth output passes 4 MiB; the step that ran it asks the model once more.
+		for i := 1; i <= 8; i++ {
 			replies = append(replies, looptest.OpenAIToolCalls(looptest.ToolCall{ID: fmt.Sprintf("call_%d", i), Name: "dump", Arguments: "{}"}))
 		}
 		model := looptest.New(GinkgoT(), replies...)

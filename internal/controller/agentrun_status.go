@@ -10,6 +10,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -61,7 +62,7 @@ func finished(run *toolnexusv1alpha1.AgentRun) bool {
 // setStatus derives the run's status from its saved record, its open requests and this
 // reconcile's progress: the fields, then one pure function per condition. The caller patches the
 // result.
-func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexusv1alpha1.PendingSummary, p progress, now time.Time) {
+func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runstore.Record, open []toolnexusv1alpha1.PendingSummary, p progress, now time.Time) {
 	if len(open) > maxStatusPending {
 		open = open[:maxStatusPending]
 	}
@@ -76,7 +77,7 @@ func setStatus(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 }
 
 // setFields copies the loop state's counters and summaries into status.
-func setFields(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexusv1alpha1.PendingSummary, now time.Time) {
+func setFields(run *toolnexusv1alpha1.AgentRun, rec *runstore.Record, open []toolnexusv1alpha1.PendingSummary, now time.Time) {
 	st, s := rec.State, &run.Status
 	s.ObservedGeneration = run.Generation
 	s.Turns, s.ToolCallCount, s.Model = int32(st.Turn), int32(st.ToolCallCount), st.Model
@@ -87,14 +88,14 @@ func setFields(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 	s.ModelFailures = int32(st.ModelFailures)
 	s.ToolCalls = toolCallSummaries(st.ToolCalls)
 	s.Pending, s.PendingCount = open, int32(len(open))
-	if a := rec.agent; a != nil {
+	if a := rec.Agent; a != nil {
 		s.Agent = &toolnexusv1alpha1.AgentSnapshotReference{Name: a.Name, Generation: a.Generation}
 	}
-	if rec.started() {
-		s.TranscriptRef = &toolnexusv1alpha1.TranscriptReference{Name: recordName(run.Name, 0)}
+	if rec.Started() {
+		s.TranscriptRef = &toolnexusv1alpha1.TranscriptReference{Name: runstore.HeadName(run.Name)}
 		if s.StartTime == nil {
 			// When the record was created: the same in every reconcile, whatever the cache shows.
-			start := rec.head.CreationTimestamp
+			start := rec.Head.CreationTimestamp
 			if start.IsZero() {
 				start = metav1.Time{Time: now}
 			}
@@ -105,7 +106,7 @@ func setFields(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexus
 
 // setSucceeded sets the terminal summary and the display fields derived from it: phase, result,
 // limit and text.
-func setSucceeded(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolnexusv1alpha1.PendingSummary, p progress, now time.Time) {
+func setSucceeded(run *toolnexusv1alpha1.AgentRun, rec *runstore.Record, open []toolnexusv1alpha1.PendingSummary, p progress, now time.Time) {
 	st, s := rec.State, &run.Status
 	status, reason, message := metav1.ConditionUnknown, "", ""
 	s.Limit, s.Text, s.Result = "", "", ""
@@ -124,13 +125,13 @@ func setSucceeded(run *toolnexusv1alpha1.AgentRun, rec *runRecord, open []toolne
 	case p.reason != "":
 		reason, message = p.reason, p.message
 		s.Phase = toolnexusv1alpha1.RunPhaseRunning
-		if !rec.started() {
+		if !rec.Started() {
 			s.Phase = toolnexusv1alpha1.RunPhasePending
 		}
 	case len(open) > 0:
 		reason, message = toolnexusv1alpha1.ReasonWaitingForAnswer, "The run waits for an answer to its PendingRequests"
 		s.Phase = toolnexusv1alpha1.RunPhaseSuspended
-	case !rec.started():
+	case !rec.Started():
 		reason, message = toolnexusv1alpha1.ReasonPending, "The run has not taken its first step"
 		s.Phase = toolnexusv1alpha1.RunPhasePending
 	default:
@@ -170,7 +171,7 @@ func setSuspended(run *toolnexusv1alpha1.AgentRun, open []toolnexusv1alpha1.Pend
 
 // setToolsReady says whether every MCP server answered when the tools were last built; when they
 // were not built this reconcile the condition stays as it was.
-func setToolsReady(run *toolnexusv1alpha1.AgentRun, rec *runRecord, p progress, now time.Time) {
+func setToolsReady(run *toolnexusv1alpha1.AgentRun, rec *runstore.Record, p progress, now time.Time) {
 	if !p.toolsBuilt {
 		return
 	}

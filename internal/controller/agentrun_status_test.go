@@ -12,6 +12,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/runstore"
 )
 
 func TestSetStatus(t *testing.T) {
@@ -24,44 +25,44 @@ func TestSetStatus(t *testing.T) {
 		conditions map[string]string // type → status/reason
 	}
 	cases := map[string]struct {
-		rec      runRecord
+		rec      runstore.Record
 		open     []toolnexusv1alpha1.PendingSummary
 		progress progress
 		want     want
 	}{
 		"not started": {
-			rec: runRecord{State: loop.NewState("hi")},
+			rec: runstore.Record{State: loop.NewState("hi")},
 			want: want{phase: toolnexusv1alpha1.RunPhasePending, conditions: map[string]string{
 				"Succeeded": "Unknown/Pending", "Suspended": "False/NoOpenRequests", "Reconciling": "True/Pending"}},
 		},
 		"running": {
-			rec: runRecord{State: &loop.State{Turn: 1}, head: savedHead},
+			rec: runstore.Record{State: &loop.State{Turn: 1}, Head: savedHead},
 			want: want{phase: toolnexusv1alpha1.RunPhaseRunning, conditions: map[string]string{
 				"Succeeded": "Unknown/Running", "Suspended": "False/NoOpenRequests", "Reconciling": "True/Running"}},
 		},
 		"suspended": {
-			rec: runRecord{State: &loop.State{Turn: 1}, head: savedHead}, open: open,
+			rec: runstore.Record{State: &loop.State{Turn: 1}, Head: savedHead}, open: open,
 			want: want{phase: toolnexusv1alpha1.RunPhaseSuspended, result: "pending", text: "approve?", conditions: map[string]string{
 				"Succeeded": "Unknown/WaitingForAnswer", "Suspended": "True/OpenRequests", "Reconciling": "True/WaitingForAnswer"}},
 		},
 		"waiting for a secret": {
-			rec:      runRecord{State: loop.NewState("hi")},
+			rec:      runstore.Record{State: loop.NewState("hi")},
 			progress: progress{reason: toolnexusv1alpha1.ReasonSecretNotFound, message: "no secret"},
 			want: want{phase: toolnexusv1alpha1.RunPhasePending, conditions: map[string]string{
 				"Succeeded": "Unknown/SecretNotFound", "Suspended": "False/NoOpenRequests", "Reconciling": "True/SecretNotFound"}},
 		},
 		"done": {
-			rec: runRecord{State: &loop.State{Turn: 2, Status: loop.StatusDone, Text: "bye"}, head: savedHead},
+			rec: runstore.Record{State: &loop.State{Turn: 2, Status: loop.StatusDone, Text: "bye"}, Head: savedHead},
 			want: want{phase: toolnexusv1alpha1.RunPhaseSucceeded, result: "done", text: "bye", conditions: map[string]string{
 				"Succeeded": "True/Completed", "Suspended": "False/NoOpenRequests"}},
 		},
 		"incomplete": {
-			rec: runRecord{State: &loop.State{Turn: 10, Status: loop.StatusIncomplete, Limit: loop.LimitMaxTurns}, head: savedHead},
+			rec: runstore.Record{State: &loop.State{Turn: 10, Status: loop.StatusIncomplete, Limit: loop.LimitMaxTurns}, Head: savedHead},
 			want: want{phase: toolnexusv1alpha1.RunPhaseIncomplete, result: "incomplete", conditions: map[string]string{
 				"Succeeded": "False/MaxTurns", "Suspended": "False/NoOpenRequests", "Stalled": "True/MaxTurns"}},
 		},
 		"failed, open requests dropped": {
-			rec: runRecord{State: &loop.State{Turn: 1, Outcome: &loop.Outcome{Reason: toolnexusv1alpha1.ReasonModelError, Message: "HTTP 400"}}, head: savedHead},
+			rec: runstore.Record{State: &loop.State{Turn: 1, Outcome: &loop.Outcome{Reason: toolnexusv1alpha1.ReasonModelError, Message: "HTTP 400"}}, Head: savedHead},
 			want: want{phase: toolnexusv1alpha1.RunPhaseFailed, conditions: map[string]string{
 				"Succeeded": "False/ModelError", "Suspended": "False/NoOpenRequests", "Stalled": "True/ModelError"}},
 		},
@@ -95,7 +96,7 @@ func TestSetStatus(t *testing.T) {
 // A reconcile that changes nothing must not rewrite conditions (no empty patches).
 func TestSetStatusIsStable(t *testing.T) {
 	run := &toolnexusv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "r", Generation: 1}}
-	rec := &runRecord{State: &loop.State{Turn: 1}, head: savedHead}
+	rec := &runstore.Record{State: &loop.State{Turn: 1}, Head: savedHead}
 	setStatus(run, rec, nil, progress{}, time.Unix(100, 0))
 	first := run.Status.DeepCopy()
 	setStatus(run, rec, nil, progress{}, time.Unix(200, 0))
@@ -169,7 +170,7 @@ func TestProjectReportsProgressAtMostEveryInterval(t *testing.T) {
 		if step.done {
 			st.Status = loop.StatusDone
 		}
-		s := &scope{run: cur, before: cur.DeepCopy(), rec: &runRecord{State: st, head: savedHead}, spec: &cur.Spec,
+		s := &scope{run: cur, before: cur.DeepCopy(), rec: &runstore.Record{State: st, Head: savedHead}, spec: &cur.Spec,
 			requests: map[string]*toolnexusv1alpha1.PendingRequest{}, now: decisionNow.Add(step.at),
 			inflight: step.inflight, progress: step.progress}
 		patches := e.statusPatches
@@ -241,13 +242,13 @@ func TestStartAndEndReportedOnce(t *testing.T) {
 					state.Status = loop.StatusDone
 				}
 				s := decisionScope(base.DeepCopy(), state, nil)
-				s.rec.head, s.startedAtLoad, s.endedAtLoad = savedHead, st.startedAtLoad, st.endedAtLoad
+				s.rec.Head, s.startedAtLoad, s.endedAtLoad = savedHead, st.startedAtLoad, st.endedAtLoad
 				if st.saveOnly {
-					s.rec.head = saved
+					s.rec.Head = saved
 					if err := e.r.save(context.Background(), s); err != nil {
 						t.Fatalf("%s: save = %v", st.name, err)
 					}
-					saved = s.rec.head
+					saved = s.rec.Head
 					if got := e.recorded(); len(got) > 0 {
 						t.Errorf("%s: events before a status patch showed them: %v", st.name, got)
 					}
@@ -255,7 +256,7 @@ func TestStartAndEndReportedOnce(t *testing.T) {
 				}
 				if st.cancel {
 					s.run.Spec.Cancel = true
-					s.rec.head = saved
+					s.rec.Head = saved
 					if _, err := e.r.advance(context.Background(), s); err != nil {
 						t.Fatal(err)
 					}

@@ -25,6 +25,7 @@ import (
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
+	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/testenv"
 	"github.com/toolnexus/operator/internal/tools"
 )
@@ -161,6 +162,7 @@ func newDecisionEnv(t *testing.T, objs ...client.Object) *decisionEnv {
 		}).Build()
 	e.r = &AgentRunReconciler{Client: e.c, APIReader: e.c, Scheme: scheme, Recorder: e.recorder,
 		Clock: clocktesting.NewFakePassiveClock(decisionNow), Metrics: NewMetrics(prometheus.NewRegistry(), e.c), steps: newSteps(),
+		store:    runstore.New(e.c, e.c, scheme, runstore.Limits{}),
 		Executor: executor.New(0, 0, executor.Observer{})}
 	return e
 }
@@ -239,7 +241,7 @@ func (e *decisionEnv) checkEvents(t *testing.T, s *scope, want []string) {
 }
 
 func decisionScope(run *toolnexusv1alpha1.AgentRun, st *loop.State, requests map[string]*toolnexusv1alpha1.PendingRequest) *scope {
-	return &scope{run: run, before: run.DeepCopy(), rec: &runRecord{State: st}, spec: &run.Spec, requests: requests, now: decisionNow}
+	return &scope{run: run, before: run.DeepCopy(), rec: &runstore.Record{State: st}, spec: &run.Spec, requests: requests, now: decisionNow}
 }
 
 // checkEnded checks that the run ended with reason by a message naming PendingRequest name, or
@@ -322,8 +324,8 @@ func TestAnnounce(t *testing.T) {
 			if tc.call.Approval != nil && tc.wantName == plain {
 				t.Errorf("the tool's own request has the gate's name %s", plain)
 			}
-			saved, err := e.r.loadRecord(ctx, run, nil)
-			if err != nil || !saved.started() {
+			saved, err := e.r.store.Load(ctx, run)
+			if err != nil || !saved.Started() {
 				t.Fatalf("the record was not saved: %v", err)
 			}
 			if diff := cmp.Diff(st, saved.State); diff != "" {
@@ -373,7 +375,7 @@ func checkNothingAnnounced(t *testing.T, e *decisionEnv, s *scope) {
 		t.Errorf("the scope holds requests %v", s.requests)
 	}
 	head := &toolnexusv1alpha1.AgentRunRecord{}
-	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: "tenant", Name: recordName("deploy", 0)}, head); !apierrors.IsNotFound(err) {
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: "tenant", Name: runstore.HeadName("deploy")}, head); !apierrors.IsNotFound(err) {
 		t.Errorf("reading the record: %v, want NotFound", err)
 	}
 	if !s.dirty {

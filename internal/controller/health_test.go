@@ -28,6 +28,7 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -40,7 +41,7 @@ type health struct {
 // runSituation is a run at one point of its life, as the reconcile that writes its status sees it.
 type runSituation struct {
 	name     string
-	rec      func() runRecord
+	rec      func() runstore.Record
 	progress progress
 	kstatus  health
 	argo     health
@@ -65,9 +66,9 @@ func suspendedOnApproval() *loop.State {
 func failedRun(name string, st *loop.State, head *toolnexusv1alpha1.AgentRunRecord, reason, message string) runSituation {
 	return runSituation{
 		name: name,
-		rec: func() runRecord {
+		rec: func() runstore.Record {
 			st.End(reason, message)
-			return runRecord{State: st, head: head}
+			return runstore.Record{State: st, Head: head}
 		},
 		kstatus: health{string(status.FailedStatus), message},
 		argo:    health{"Degraded", "Failed (" + reason + "): " + message},
@@ -89,59 +90,61 @@ func runSituations() []runSituation {
 	progressing := func(msg string) health { return health{"Progressing", msg} }
 	return []runSituation{{
 		name:    "not started",
-		rec:     func() runRecord { return runRecord{State: loop.NewState("buy a gpu")} },
+		rec:     func() runstore.Record { return runstore.Record{State: loop.NewState("buy a gpu")} },
 		kstatus: inProgress("The run has not taken its first step"),
 		argo:    progressing("The run has not taken its first step"),
 	}, {
 		name:     "waiting for a Secret",
-		rec:      func() runRecord { return runRecord{State: loop.NewState("buy a gpu")} },
+		rec:      func() runstore.Record { return runstore.Record{State: loop.NewState("buy a gpu")} },
 		progress: progress{reason: toolnexusv1alpha1.ReasonSecretNotFound, message: secretMsg},
 		kstatus:  inProgress(secretMsg),
 		argo:     progressing(secretMsg),
 	}, {
 		name:    "running",
-		rec:     func() runRecord { return runRecord{State: &loop.State{Turn: 1}, head: savedHead} },
+		rec:     func() runstore.Record { return runstore.Record{State: &loop.State{Turn: 1}, Head: savedHead} },
 		kstatus: inProgress("The run is taking steps"),
 		argo:    progressing("The run is taking steps"),
 	}, {
-		name:     "model retrying",
-		rec:      func() runRecord { return runRecord{State: &loop.State{Turn: 1, ModelFailures: 1}, head: savedHead} },
+		name: "model retrying",
+		rec: func() runstore.Record {
+			return runstore.Record{State: &loop.State{Turn: 1, ModelFailures: 1}, Head: savedHead}
+		},
 		progress: progress{reason: toolnexusv1alpha1.ReasonModelRetrying, message: retryMsg},
 		kstatus:  inProgress(retryMsg),
 		argo:     progressing(retryMsg),
 	}, {
 		// The call suspended but its PendingRequest is not created yet: nothing to answer.
 		name: "suspended, request not yet announced",
-		rec: func() runRecord {
+		rec: func() runstore.Record {
 			st := suspendedOnApproval()
 			st.Calls[0].Announced = nil
-			return runRecord{State: st, head: savedHead}
+			return runstore.Record{State: st, Head: savedHead}
 		},
 		kstatus: inProgress("The run is taking steps"),
 		argo:    progressing("The run is taking steps"),
 	}, {
 		name:    "suspended with an open request",
-		rec:     func() runRecord { return runRecord{State: suspendedOnApproval(), head: savedHead} },
+		rec:     func() runstore.Record { return runstore.Record{State: suspendedOnApproval(), Head: savedHead} },
 		kstatus: inProgress("The run waits for an answer to its PendingRequests"),
 		argo:    health{"Suspended", "Waiting on 1 PendingRequest(s): " + healthRequest + " (approval): " + healthPrompt},
 	}, {
 		name: "done",
-		rec: func() runRecord {
-			return runRecord{State: &loop.State{Turn: 2, Status: loop.StatusDone, Text: "Bought one GPU."}, head: savedHead}
+		rec: func() runstore.Record {
+			return runstore.Record{State: &loop.State{Turn: 2, Status: loop.StatusDone, Text: "Bought one GPU."}, Head: savedHead}
 		},
 		kstatus: health{string(status.CurrentStatus), "Resource is current"},
 		argo:    health{"Healthy", "Bought one GPU."},
 	}, {
 		name: "done without text",
-		rec: func() runRecord {
-			return runRecord{State: &loop.State{Turn: 2, Status: loop.StatusDone}, head: savedHead}
+		rec: func() runstore.Record {
+			return runstore.Record{State: &loop.State{Turn: 2, Status: loop.StatusDone}, Head: savedHead}
 		},
 		kstatus: health{string(status.CurrentStatus), "Resource is current"},
 		argo:    health{"Healthy", "Succeeded"},
 	}, {
 		name: "incomplete after maxTurns",
-		rec: func() runRecord {
-			return runRecord{State: &loop.State{Turn: 10, Status: loop.StatusIncomplete, Limit: loop.LimitMaxTurns}, head: savedHead}
+		rec: func() runstore.Record {
+			return runstore.Record{State: &loop.State{Turn: 10, Status: loop.StatusIncomplete, Limit: loop.LimitMaxTurns}, Head: savedHead}
 		},
 		kstatus: health{string(status.FailedStatus), maxTurnsMsg},
 		argo:    health{"Degraded", "Incomplete (MaxTurns): " + maxTurnsMsg},

@@ -17,6 +17,7 @@ import (
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
+	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -33,7 +34,7 @@ type stepOutcome struct {
 	// touches it since): the reconcile that takes the outcome starts from it, with no read, and
 	// applies the outcome to it. Another writer meanwhile makes the save conflict (the head's
 	// resourceVersion), and the step is taken again from a fresh read.
-	from  *runRecord
+	from  *runstore.Record
 	state *loop.State
 	err   error
 	// toolsBuilt says whether the MCP servers were connected, and mcpFailures which failed.
@@ -52,8 +53,6 @@ type steps struct {
 	retryAt map[types.NamespacedName]runTime
 	// reported is when this process last patched a run's status.
 	reported map[types.NamespacedName]runTime
-	// saved is the resourceVersion of the run's record head as this process last wrote or read it.
-	saved map[types.NamespacedName]runVersion
 	// owed are the start and end this process saved and no status patch has shown yet.
 	owed map[types.NamespacedName]transitions
 	// wake tells the controller a step finished.
@@ -73,16 +72,10 @@ type transitions struct {
 	start, ended bool
 }
 
-// runVersion is a resourceVersion kept for the run with uid.
-type runVersion struct {
-	uid types.UID
-	rv  string
-}
-
 func newSteps() *steps {
 	return &steps{outcomes: map[types.NamespacedName]*stepOutcome{}, retryAt: map[types.NamespacedName]runTime{},
-		reported: map[types.NamespacedName]runTime{}, saved: map[types.NamespacedName]runVersion{},
-		owed: map[types.NamespacedName]transitions{}, wake: make(chan event.GenericEvent, 1024)}
+		reported: map[types.NamespacedName]runTime{}, owed: map[types.NamespacedName]transitions{},
+		wake: make(chan event.GenericEvent, 1024)}
 }
 
 func (s *steps) put(key types.NamespacedName, o *stepOutcome) {
@@ -137,26 +130,6 @@ func (s *steps) reportDue(key types.NamespacedName, uid types.UID, now time.Time
 	return !ok || r.uid != uid || now.Sub(r.at) >= statusInterval
 }
 
-// sawHead remembers the resourceVersion of the run's record head as this process wrote or read
-// it; "" after a failed save (another writer may have moved the record on: it is read from etcd).
-func (s *steps) sawHead(key types.NamespacedName, uid types.UID, rv string) {
-	s.mu.Lock()
-	s.saved[key] = runVersion{uid: uid, rv: rv}
-	s.mu.Unlock()
-}
-
-// headVersion is the resourceVersion of the run's record head as this process last wrote or read
-// it ("" when that is unknown), and whether this process saw the head, or tried to save it, at all.
-func (s *steps) headVersion(key types.NamespacedName, uid types.UID) (rv string, seen bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.saved[key]
-	if !ok || v.uid != uid {
-		return "", false
-	}
-	return v.rv, true
-}
-
 // owe notes that this process saved the run's start or end: they are reported (events, the run
 // span) once a status patch shows them, in this reconcile or, when its patch failed, a later one.
 func (s *steps) owe(key types.NamespacedName, uid types.UID, start, ended bool) {
@@ -199,7 +172,6 @@ func (s *steps) forget(key types.NamespacedName) {
 	s.drop(key)
 	s.mu.Lock()
 	delete(s.reported, key)
-	delete(s.saved, key)
 	delete(s.owed, key)
 	s.mu.Unlock()
 }
@@ -238,7 +210,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 		tk, o.mcpFailures, o.err = rt.Toolkit(ctx)
 		if o.err == nil {
 			o.toolsBuilt = true
-			o.err = rt.Client.StepUntilSaved(ctx, st, tk, r.maxTranscriptRawBytes())
+			o.err = rt.Client.StepUntilSaved(ctx, st, tk, r.store.Limits().MaxRawBytes)
 		}
 		r.steps.put(key, o)
 	}, Done: func(ctx context.Context) {

@@ -14,7 +14,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/loop/looptest"
-	"github.com/toolnexus/operator/internal/record"
+	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/tools/toolstest"
 )
 
@@ -173,13 +173,13 @@ var _ = Describe("A record that disagrees with its request", func() {
 		By("the record's arguments for the call changed (as the manager: a bug or a disk fault)")
 		head := &toolnexusv1alpha1.AgentRunRecord{}
 		Expect(admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: "buy"}, head)).To(Succeed())
-		h := &record.Head{}
-		_, err := record.Decode(head.Data, h, 1<<20)
+		h := &runstore.Head{}
+		_, err := runstore.Decode(head.Data, h, 1<<20)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(h.State.Calls).To(HaveLen(1))
 		Expect(h.State.Calls[0].Args).To(Equal(purchaseArgs))
 		h.State.Calls[0].Args = `{"amount":1,"item":"gpu"}`
-		head.Data, _, err = record.Encode(h)
+		head.Data, _, err = runstore.Encode(h)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(admin.Update(ctx, head)).To(Succeed())
 

@@ -1,4 +1,4 @@
-package controller
+package runstore
 
 import (
 	"context"
@@ -13,15 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/loop"
-	"github.com/toolnexus/operator/internal/record"
+	"github.com/toolnexus/operator/internal/loop/state"
 )
 
 // The benchmarks here measure what persisting a run's state costs per step as its transcript
 // grows (issue 9: "state persistence cost per turn that does not grow with transcript length
 // beyond linear"). Run them with
 //
-//	go test ./internal/controller -run '^$' -bench 'SaveRecord|GzipJSON' -benchmem
+//	go test ./internal/runstore -run '^$' -bench 'SaveRecord' -benchmem
 //
 // They need no control plane: the record goes through controller-runtime's fake client, which
 // serializes objects as the real client does.
@@ -40,26 +39,25 @@ func benchText(rng *rand.Rand, n int) string {
 	return b.String()[:n]
 }
 
-// addTurn appends one model turn that called one tool, with its result, as the loop does.
-func addTurn(st *loop.State, rng *rand.Rand, outputBytes int) {
+// addTurn appends one model turn that called one tool, with its result out, as the loop does.
+func addTurn(st *state.State, rng *rand.Rand, out string) {
 	st.Turn++
 	id := fmt.Sprintf("call_%d", st.Turn)
 	args := fmt.Sprintf(`{"k":%d,"query":%q}`, st.Turn, benchText(rng, 40))
-	out := benchText(rng, outputBytes)
 	st.Messages = append(st.Messages,
-		loop.Message{Role: loop.RoleAssistant, Content: benchText(rng, 120), ToolCalls: []loop.MessageToolCall{{ID: id, Name: "work", Arguments: args}}},
-		loop.Message{Role: loop.RoleTool, ToolCallID: id, Content: out})
-	st.ToolCalls = append(st.ToolCalls, loop.ToolCall{ID: id, Name: "work", Arguments: args, Output: out, Turn: st.Turn})
+		state.Message{Role: state.RoleAssistant, Content: benchText(rng, 120), ToolCalls: []state.MessageToolCall{{ID: id, Name: "work", Arguments: args}}},
+		state.Message{Role: state.RoleTool, ToolCallID: id, Content: out})
+	st.ToolCalls = append(st.ToolCalls, state.ToolCall{ID: id, Name: "work", Arguments: args, Output: out, Turn: st.Turn})
 	st.ToolCallCount++
 	st.Usage.PromptTokens += 1000 * st.Turn
 	st.Usage.CompletionTokens += 50
 	st.Usage.TotalTokens = st.Usage.PromptTokens + st.Usage.CompletionTokens
 }
 
-// benchRun builds a reconciler over a fake client and a run whose record has the given number of
+// benchRun builds a store over a fake client and a run whose record has the given number of
 // turns, saved turn by turn as the controller saves them (so the head is sealed into segments the
 // way a real run's is).
-func benchRun(b *testing.B, turns, outputBytes int) (*AgentRunReconciler, *toolnexusv1alpha1.AgentRun, *runRecord) {
+func benchRun(b *testing.B, turns, outputBytes int) (*Store, *toolnexusv1alpha1.AgentRun, *Record) {
 	b.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -71,13 +69,13 @@ func benchRun(b *testing.B, turns, outputBytes int) (*AgentRunReconciler, *tooln
 	run := &toolnexusv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "default", UID: "bench-uid"},
 		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "benchmark"}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(run).Build()
-	r := &AgentRunReconciler{Client: c, APIReader: c, Scheme: scheme, steps: newSteps()}
-	rec := &runRecord{State: loop.NewState(run.Spec.Prompt)}
+	r := New(c, c, scheme, Limits{})
+	rec := &Record{State: state.New(run.Spec.Prompt)}
 	rng := rand.New(rand.NewPCG(1, uint64(turns)))
 	ctx := context.Background()
 	for range turns {
-		addTurn(rec.State, rng, outputBytes)
-		if err := r.saveRecord(ctx, run, rec); err != nil {
+		addTurn(rec.State, rng, benchText(rng, outputBytes))
+		if err := r.Save(ctx, run, rec); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -98,7 +96,7 @@ func BenchmarkSaveRecord(b *testing.B) {
 	ctx := context.Background()
 	for _, turns := range benchTurns {
 		r, run, rec := benchRun(b, turns, 1024)
-		head, _, err := record.EncodeHead(rec.State, rec.segments, rec.agent)
+		head, _, err := encodeHead(rec.State, rec.segments, rec.Agent, rec.spill)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -109,7 +107,7 @@ func BenchmarkSaveRecord(b *testing.B) {
 		b.Run(fmt.Sprintf("encode/turns=%d", turns), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := record.EncodeHead(rec.State, rec.segments, rec.agent); err != nil {
+				if _, _, err := encodeHead(rec.State, rec.segments, rec.Agent, rec.spill); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -118,7 +116,7 @@ func BenchmarkSaveRecord(b *testing.B) {
 		b.Run(fmt.Sprintf("save/turns=%d", turns), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := r.saveRecord(ctx, run, rec); err != nil {
+				if err := r.Save(ctx, run, rec); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -127,7 +125,7 @@ func BenchmarkSaveRecord(b *testing.B) {
 		b.Run(fmt.Sprintf("load/turns=%d", turns), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := r.loadRecord(ctx, run, nil); err != nil {
+				if _, err := r.Load(ctx, run); err != nil {
 					b.Fatal(err)
 				}
 			}

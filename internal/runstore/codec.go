@@ -1,13 +1,10 @@
-// Package record is the format of an AgentRun's durable record: the loop state and transcript,
-// stored as gzipped JSON in a head that is rewritten after every step and sealed segments that
-// never change. It is shared by the controller, which writes records, and the kubectl plugin,
-// which reads them. Every decode goes through a size limit, so a damaged or hostile record can
-// never make its reader allocate without bound.
-package record
+package runstore
 
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,31 +17,57 @@ import (
 // Head is the part of a record rewritten after every step: the loop state with only its unsealed
 // messages and tool calls, and the list of sealed segments that precede them.
 type Head struct {
-	State *state.State `json:"state"`
+	// State is nil when Spill holds it.
+	State *state.State `json:"state,omitempty"`
 	// Segments hold the sealed prefix of State.Messages and State.ToolCalls, in order.
 	Segments []SegmentRef `json:"segments,omitempty"`
 	// Agent is the Agent a run of an agent resolved at its first step, saved before any step ran:
 	// the run uses it whatever later happens to the Agent. Nil for a run with an inline spec.
 	Agent *AgentSnapshot `json:"agent,omitempty"`
+	// Spill holds the state (its unsealed part, as State would) when it does not fit the head even
+	// with every message sealed: the calls of a turn whose finished results or arguments are big.
+	// Its parts are written once; the next save that spills writes new ones.
+	Spill *Blob `json:"spill,omitempty"`
 }
 
-// AgentSnapshot is the spec of the Agent a run resolved, as the JSON of the API's AgentSpec (this
-// package stays free of Kubernetes types).
+// AgentSnapshot is the spec of the Agent a run resolved, as the JSON of the API's AgentSpec.
 type AgentSnapshot struct {
 	Name       string          `json:"name"`
 	Generation int64           `json:"generation"`
 	Spec       json.RawMessage `json:"spec"`
 }
 
+// Blob locates encoded data that lives outside the head: in one or more parts, AgentRunRecords
+// of part Segment with consecutive indices, each holding at most MaxRecordDataBytes of the data,
+// in order.
+type Blob struct {
+	// Name is the first part's.
+	Name string `json:"name"`
+	// Index is the first part's index. Records written before data could span parts leave it 0:
+	// then the segment's one part follows the previous segment's.
+	Index int `json:"index,omitempty"`
+	// Parts is how many parts hold the data; 0 means one.
+	Parts int `json:"parts,omitempty"`
+	// Bytes is the data's encoded (compressed) size.
+	Bytes int `json:"bytes"`
+	// RawBytes is the data's decoded size.
+	RawBytes int `json:"rawBytes"`
+	// Digest is the hex SHA-256 of the data, so parts that were swapped or changed are found;
+	// empty in records written before data could span parts.
+	Digest string `json:"digest,omitempty"`
+}
+
+// parts is how many AgentRunRecords hold b.
+func (b *Blob) parts() int { return max(1, b.Parts) }
+
+// last is the index of b's last part.
+func (b *Blob) last() int { return b.Index + b.parts() - 1 }
+
 // SegmentRef names a sealed segment and how much of the transcript it holds.
 type SegmentRef struct {
-	Name      string `json:"name"`
-	Messages  int    `json:"messages"`
-	ToolCalls int    `json:"toolCalls"`
-	// Bytes is the segment's encoded (compressed) size.
-	Bytes int `json:"bytes"`
-	// RawBytes is the segment's decoded size.
-	RawBytes int `json:"rawBytes"`
+	Blob
+	Messages  int `json:"messages"`
+	ToolCalls int `json:"toolCalls"`
 }
 
 // Segment is the content of a sealed segment.
@@ -53,15 +76,26 @@ type Segment struct {
 	ToolCalls []state.ToolCall `json:"toolCalls,omitempty"`
 }
 
-// Sealed counts the messages, tool calls and bytes (compressed and decoded) that live in segments.
-func (h *Head) Sealed() (messages, toolCalls, size, rawSize int) {
-	for _, s := range h.Segments {
+// sealed counts the messages and tool calls that live in segments.
+func sealed(segments []SegmentRef) (messages, toolCalls int) {
+	for _, s := range segments {
 		messages += s.Messages
 		toolCalls += s.ToolCalls
+	}
+	return messages, toolCalls
+}
+
+// stored is what the blobs outside the head hold, compressed and decoded.
+func stored(segments []SegmentRef, spill *Blob) (size, rawSize int) {
+	for _, s := range segments {
 		size += s.Bytes
 		rawSize += s.RawBytes
 	}
-	return messages, toolCalls, size, rawSize
+	if spill != nil {
+		size += spill.Bytes
+		rawSize += spill.RawBytes
+	}
+	return size, rawSize
 }
 
 // ErrTooLarge is returned when a record decodes to more than the limit its reader set.
@@ -120,24 +154,41 @@ func Encode(v any) ([]byte, int, error) {
 	return buf.Bytes(), len(raw), nil
 }
 
-// EncodeHead encodes the head for st: st without the messages and tool calls its segments hold,
-// and the agent snapshot, if any.
-func EncodeHead(st *state.State, segments []SegmentRef, agent *AgentSnapshot) ([]byte, int, error) {
-	h := Head{Segments: segments, Agent: agent}
-	msgs, calls, _, _ := h.Sealed()
+// digest is the hex SHA-256 a Blob keeps of its data.
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// unsealed is st without the messages and tool calls its segments hold.
+func unsealed(st *state.State, segments []SegmentRef) (*state.State, error) {
+	msgs, calls := sealed(segments)
 	if msgs > len(st.Messages) || calls > len(st.ToolCalls) {
-		return nil, 0, fmt.Errorf("record: the segments hold more than the state (%d of %d messages, %d of %d tool calls)",
+		return nil, fmt.Errorf("record: the segments hold more than the state (%d of %d messages, %d of %d tool calls)",
 			msgs, len(st.Messages), calls, len(st.ToolCalls))
 	}
-	unsealed := *st
-	unsealed.Messages, unsealed.ToolCalls = st.Messages[msgs:], st.ToolCalls[calls:]
-	h.State = &unsealed
+	rest := *st
+	rest.Messages, rest.ToolCalls = st.Messages[msgs:], st.ToolCalls[calls:]
+	return &rest, nil
+}
+
+// encodeHead encodes the head for st: st without the messages and tool calls its segments hold,
+// and the agent snapshot, if any. With a spill the head holds no state: the spill does.
+func encodeHead(st *state.State, segments []SegmentRef, agent *AgentSnapshot, spill *Blob) ([]byte, int, error) {
+	h := Head{Segments: segments, Agent: agent, Spill: spill}
+	if spill == nil {
+		rest, err := unsealed(st, segments)
+		if err != nil {
+			return nil, 0, err
+		}
+		h.State = rest
+	}
 	return Encode(&h)
 }
 
-// Join puts the sealed segments, in order, in front of the head's messages and tool calls,
+// join puts the sealed segments, in order, in front of the head's messages and tool calls,
 // checking that each holds what the head says it does.
-func Join(h *Head, segments []*Segment) error {
+func join(h *Head, segments []*Segment) error {
 	if len(segments) != len(h.Segments) {
 		return fmt.Errorf("record: the head names %d segments, %d were read", len(h.Segments), len(segments))
 	}
