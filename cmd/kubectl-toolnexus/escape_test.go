@@ -42,7 +42,7 @@ var _ = Describe("What a model or a tool wrote", func() {
 				// Arguments that are no JSON are shown as they are: escaped all the same.
 				ToolCall: toolnexusv1alpha1.ToolCall{ID: "call_1", Name: "approve\u202e_purchase", Arguments: `{"amount":"` + hostile + `"`},
 				Request: toolnexusv1alpha1.Request{ID: "pnd-1", Kind: "approval", Prompt: hostile + "\nsecond line",
-					URL: "https://login.example.com/\x1b]52;c;eA==\x07", ExpiresAt: "\x1b[8m"},
+					URL: "https://login.example.com/\x1b]52;c;eA==\x07", ExpiresAt: "2030-01-01T00:00:00Z"},
 				Approvers: &toolnexusv1alpha1.Approvers{Users: []string{"alice\u202e"}},
 			},
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/netguard"
+	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/telemetry"
 )
 
@@ -51,9 +52,9 @@ func main() {
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 8, "How many runs are reconciled at once (decisions and API writes; model and tool I/O runs apart, see --max-inflight).")
 	flag.IntVar(&maxInflight, "max-inflight", executor.DefaultMaxInflight, "How many steps (a model request, a turn's tool calls) may be in flight at once, in total.")
 	flag.IntVar(&maxInflightPerNS, "max-inflight-per-namespace", executor.DefaultPerShare, "How many steps of one namespace may be in flight at once; waiting steps are served round robin across namespaces.")
-	flag.IntVar(&maxTranscriptMiB, "max-transcript-size", controller.DefaultMaxTranscriptBytes>>20, "How many MiB (compressed) of transcript a run may store; a run that needs more fails with TranscriptTooLarge.")
+	flag.IntVar(&maxTranscriptMiB, "max-transcript-size", runstore.DefaultMaxBytes>>20, "How many MiB (compressed) of transcript a run may store; a run that needs more fails with TranscriptTooLarge.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
-	flag.IntVar(&maxTranscriptRawMiB, "max-transcript-decoded-size", controller.DefaultMaxTranscriptRawBytes>>20, "How many MiB of transcript, decoded, a run may hold; a run that needs more fails with TranscriptTooLarge.")
+	flag.IntVar(&maxTranscriptRawMiB, "max-transcript-decoded-size", runstore.DefaultMaxRawBytes>>20, "How many MiB of transcript, decoded, a run may hold; a run that needs more fails with TranscriptTooLarge.")
 	flag.IntVar(&maxToolCalls, "max-tool-calls-per-turn", loop.DefaultMaxToolCallsPerTurn, "How many tool calls of one model turn run; the model is told about the others.")
 	flag.BoolVar(&requireSecretLabel, "require-secret-label", false, "Let runs read only Secrets labelled "+toolnexusv1alpha1.SecretAccessLabel+"=true; others make the run wait with reason SecretNotAllowed.")
 	flag.StringVar(&denyCIDRs, "deny-cidrs", "", "Comma-separated CIDRs that model, HTTP tool, MCP and notification connections may not reach, in addition to link-local (169.254.0.0/16, fe80::/10).")

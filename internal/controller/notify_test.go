@@ -95,7 +95,7 @@ func eventData(e cloudevent.Event) map[string]any {
 	Expect(e.DataAs(&d)).To(Succeed())
 	Expect(d).To(HaveEach(Not(BeNil())))
 	for k := range d {
-		Expect(k).To(BeElementOf("namespace", "name", "run", "kind", "prompt", "url", "approvers", "toolCall", "ok", "reason", "answeredBy"))
+		Expect(k).To(BeElementOf("namespace", "name", "uid", "run", "kind", "prompt", "url", "approvers", "toolCall", "ok", "reason", "answeredBy"))
 	}
 	return d
 }
@@ -147,7 +147,7 @@ var _ = Describe("Notifications", func() {
 		Expect(answered.Type()).To(Equal("dev.toolnexus.pendingrequest.answered"))
 		Expect(answered.ID()).To(Equal(string(preq.UID) + "/answered"))
 		Expect(eventData(answered)).To(And(HaveKeyWithValue("ok", true), HaveKeyWithValue("answeredBy", "alice"),
-			HaveKeyWithValue("name", preq.Name), Not(HaveKey("reason"))))
+			HaveKeyWithValue("name", preq.Name), HaveKeyWithValue("uid", string(preq.UID)), Not(HaveKey("reason"))))
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
 		Eventually(func() []toolnexusv1alpha1.NotificationRecord { return notificationsOf(&preq) }, eventually).Should(HaveLen(2))
 		Eventually(notifiedOf(&preq), eventually).Should(conditionStatus(metav1.ConditionTrue))
@@ -188,12 +188,17 @@ var _ = Describe("Notifications", func() {
 		r := sink.Requests()[0]
 		Expect(r.Path).To(Equal("/services/T0/B0/s3cr3t-webhook-token"))
 		Expect(r.Header.Get("Content-Type")).To(Equal("application/json"))
+		type slackText struct {
+			Type, Text string
+			// Verbatim keeps Slack from turning @here or a channel name in a prompt into a mention.
+			Verbatim bool
+		}
 		var msg struct {
 			Text   string `json:"text"`
 			Blocks []struct {
 				Type   string `json:"type"`
-				Text   *struct{ Type, Text string }
-				Fields []struct{ Type, Text string }
+				Text   *slackText
+				Fields []slackText
 			} `json:"blocks"`
 		}
 		dec := json.NewDecoder(strings.NewReader(string(r.Body)))
@@ -205,16 +210,18 @@ var _ = Describe("Notifications", func() {
 			Expect(b.Type).To(Equal("section"))
 			if b.Text != nil {
 				Expect(b.Text.Type).To(Equal("mrkdwn"))
+				Expect(b.Text.Verbatim).To(BeTrue(), "%s", b.Text.Text)
 				shown = append(shown, b.Text.Text)
 			}
 			for _, f := range b.Fields {
+				Expect(f.Verbatim).To(BeTrue(), "%s", f.Text)
 				shown = append(shown, f.Text)
 			}
 		}
 		Expect(shown).To(ContainElements("*Kind*\napproval", "*Run*\n"+ns+"/chat", "*Request*\n"+preq.Name,
-			"*Who may answer*\nuser alice, group buyers", "*Prompt*\n"+preq.Spec.Request.Prompt,
-			"*Answer with*\n```kubectl toolnexus approve "+preq.Name+" -n "+ns+
-				"\nkubectl toolnexus decline "+preq.Name+" -n "+ns+` --reason "..."`+"```"))
+			"*Who may answer*\nuser alice, group buyers", "*Prompt*\n```"+preq.Spec.Request.Prompt+"```",
+			"*Answer with*\n```kubectl toolnexus approve "+preq.Name+" -n "+ns+" --uid "+string(preq.UID)+
+				"\nkubectl toolnexus decline "+preq.Name+" -n "+ns+" --uid "+string(preq.UID)+` --reason "..."`+"```"))
 		Eventually(notifiedOf(&preq), eventually).Should(conditionStatus(metav1.ConditionTrue))
 
 		By("the webhook URL is in no status, event or log")

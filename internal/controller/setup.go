@@ -1,3 +1,7 @@
+// Package controller wires the operator's controllers, one room each: agentrun (runs the
+// AgentRuns step by step), notifier (tells people about PendingRequests) and agent (says whether
+// an Agent can run). They share the executor that does model, tool and notification I/O, the
+// network guard, the metrics and the bounds. Its envtest suite drives them together.
 package controller
 
 import (
@@ -6,8 +10,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/toolnexus/operator/internal/controller/agent"
+	"github.com/toolnexus/operator/internal/controller/agentrun"
+	"github.com/toolnexus/operator/internal/controller/metrics"
+	"github.com/toolnexus/operator/internal/controller/notifier"
+	"github.com/toolnexus/operator/internal/executor"
+	"github.com/toolnexus/operator/internal/netguard"
 	"github.com/toolnexus/operator/internal/notify"
 	"github.com/toolnexus/operator/internal/telemetry"
 )
@@ -40,39 +50,44 @@ type Options struct {
 	NotifyPolicy notify.Policy
 }
 
-// Setup registers every controller of the operator with mgr: the AgentRun controller with its
-// executor, the notifier (which shares that executor, its network guard and its bounds) and the
-// Agent controller.
+// Setup registers every controller of the operator with mgr, and the executor they share (run by
+// the manager while it leads).
 func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
 	if o.Registry == nil {
-		o.Registry = metrics.Registry
+		o.Registry = crmetrics.Registry
 	}
-	runs := &AgentRunReconciler{
+	if o.HTTPClient == nil {
+		// Per-request timeouts come from contexts, so the client itself sets none.
+		o.HTTPClient = netguard.Config{}.Client()
+	}
+	m := metrics.New(o.Registry, mgr.GetClient())
+	exec := executor.New(o.MaxInflight, o.MaxInflightPerNamespace, m.ExecutorObserver())
+	if err := mgr.Add(exec); err != nil {
+		return err
+	}
+	if err := (&agentrun.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: o.Clock,
-		Metrics:                 NewMetrics(o.Registry, mgr.GetClient()),
+		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: o.Clock, Metrics: m, Executor: exec,
+		HTTPClient:              o.HTTPClient,
+		Tracing:                 o.Tracing,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		MaxTranscriptBytes:      o.MaxTranscriptBytes,
 		MaxTranscriptRawBytes:   o.MaxTranscriptRawBytes,
 		MaxToolCallsPerTurn:     o.MaxToolCallsPerTurn,
 		RequireSecretLabel:      o.RequireSecretLabel,
-		MaxInflight:             o.MaxInflight,
-		MaxInflightPerNamespace: o.MaxInflightPerNamespace,
-		HTTPClient:              o.HTTPClient,
-		Tracing:                 o.Tracing,
-	}
-	if err := runs.SetupWithManager(mgr); err != nil {
+	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&NotifyReconciler{
+	// Notifications go through the runs' executor and network guard, within the same bounds.
+	if err := (&notifier.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
-		Clock: o.Clock, HTTPClient: o.HTTPClient, Metrics: runs.Metrics, Executor: runs.Executor,
+		Clock: o.Clock, HTTPClient: o.HTTPClient, Metrics: m, Executor: exec,
 		RequireSecretLabel: o.RequireSecretLabel, Policy: o.NotifyPolicy,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&AgentReconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr)
+	return (&agent.Reconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr)
 }

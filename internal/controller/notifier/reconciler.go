@@ -1,4 +1,4 @@
-package controller
+package notifier
 
 import (
 	"context"
@@ -27,7 +27,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/controller/metrics"
 	"github.com/toolnexus/operator/internal/executor"
+	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/notify"
 )
 
@@ -38,21 +41,21 @@ const EventNotificationFailed = "NotificationFailed"
 // cache catches up in about that time.
 const conflictRetry = 100 * time.Millisecond
 
-// NotifyReconciler tells the sinks of a PendingRequest's spec.notify that it opened, was answered
+// Reconciler tells the sinks of a PendingRequest's spec.notify that it opened, was answered
 // or expired. It never touches a run: each attempt is a job of the runs' executor (share: the
 // namespace; key: the request, sink and event), so a slow sink holds one slot of its namespace
 // for at most one attempt's timeout and never a run's key, and the wait between attempts holds
 // nothing but a requeue. What is finished is recorded in status.notifications and the Notified
 // condition.
-type NotifyReconciler struct {
+type Reconciler struct {
 	client.Client
 	// APIReader reads the sinks' Secrets around the cache.
 	APIReader  client.Reader
 	Recorder   events.EventRecorder
 	Clock      clock.PassiveClock
 	HTTPClient *http.Client
-	Metrics    *Metrics
-	// Executor is the runs' executor (AgentRunReconciler.Executor).
+	Metrics    *metrics.Metrics
+	// Executor is the runs' executor (agentrun.Reconciler.Executor).
 	Executor *executor.Executor
 	// RequireSecretLabel lets sinks read only Secrets labelled toolnexus.dev/agentrun-access=true.
 	RequireSecretLabel bool
@@ -77,7 +80,7 @@ type NotifyReconciler struct {
 
 // Reconcile starts the attempts that are due, writes the deliveries that finished, and sets the
 // Notified condition.
-func (r *NotifyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	preq := &toolnexusv1alpha1.PendingRequest{}
 	if err := r.Get(ctx, req.NamespacedName, preq); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -131,11 +134,11 @@ func (r *NotifyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			}
 		}
 	}
-	return requeueAt(wake, now), nil
+	return kube.RequeueAt(wake, now), nil
 }
 
 // start submits one attempt of d; false when the executor still runs the previous one.
-func (r *NotifyReconciler) start(ctx context.Context, preq *toolnexusv1alpha1.PendingRequest, d delivery, key attemptKey) bool {
+func (r *Reconciler) start(ctx context.Context, preq *toolnexusv1alpha1.PendingRequest, d delivery, key attemptKey) bool {
 	name := client.ObjectKeyFromObject(preq)
 	sink, msg := *d.sink.DeepCopy(), messageOf(preq, d.event)
 	log := ctrl.LoggerFrom(ctx).WithValues("sink", sink.Name, "event", d.event)
@@ -152,7 +155,7 @@ func (r *NotifyReconciler) start(ctx context.Context, preq *toolnexusv1alpha1.Pe
 		r.finish(name, key, sink, res, reason, log)
 	}, Done: func(ctx context.Context) {
 		// Once the key is free: the reconcile it wakes may submit the next attempt at once.
-		wakeUp(ctx, r.attempts.wake, woken)
+		kube.Wake(ctx, r.attempts.wake, woken)
 	}})
 	if !ok {
 		r.attempts.update(name, key, func(st *attemptState) { st.running = false })
@@ -161,12 +164,12 @@ func (r *NotifyReconciler) start(ctx context.Context, preq *toolnexusv1alpha1.Pe
 }
 
 // attempt sends msg to sink once. reason is the condition reason of a failure.
-func (r *NotifyReconciler) attempt(ctx context.Context, namespace string, sink toolnexusv1alpha1.NotifySink, msg notify.Message) (notify.Result, string) {
+func (r *Reconciler) attempt(ctx context.Context, namespace string, sink toolnexusv1alpha1.NotifySink, msg notify.Message) (notify.Result, string) {
 	target, header, err := r.resolveSink(ctx, namespace, sink)
-	var missing *missingSecretError
+	var missing *kube.MissingSecretError
 	if errors.As(err, &missing) {
 		// The Secret may yet be created: try again on the schedule, saying which Secret is missing.
-		return notify.Result{Retry: true, Err: err}, missing.reason
+		return notify.Result{Retry: true, Err: err}, missing.Reason
 	}
 	if err != nil {
 		return notify.Result{Retry: true, Err: err}, toolnexusv1alpha1.ReasonNotificationFailed
@@ -183,12 +186,12 @@ func (r *NotifyReconciler) attempt(ctx context.Context, namespace string, sink t
 }
 
 // resolveSink reads the sink's URL and header values; Secret values live for this attempt only.
-func (r *NotifyReconciler) resolveSink(ctx context.Context, namespace string, sink toolnexusv1alpha1.NotifySink) (string, http.Header, error) {
+func (r *Reconciler) resolveSink(ctx context.Context, namespace string, sink toolnexusv1alpha1.NotifySink) (string, http.Header, error) {
 	what := "spec.notify[" + sink.Name + "]"
 	target := sink.URL
 	if sink.URLFrom != nil {
 		var err error
-		if target, err = readSecretKey(ctx, r.APIReader, r.RequireSecretLabel, namespace, sink.URLFrom.SecretKeyRef, what+".urlFrom"); err != nil {
+		if target, err = kube.ReadSecretKey(ctx, r.APIReader, r.RequireSecretLabel, namespace, sink.URLFrom.SecretKeyRef, what+".urlFrom"); err != nil {
 			return "", nil, err
 		}
 		target = strings.TrimSpace(target)
@@ -201,7 +204,7 @@ func (r *NotifyReconciler) resolveSink(ctx context.Context, namespace string, si
 			v = *h.Value
 		case h.ValueFrom != nil:
 			var err error
-			if v, err = readSecretKey(ctx, r.APIReader, r.RequireSecretLabel, namespace, h.ValueFrom.SecretKeyRef, what+".headers "+h.Name); err != nil {
+			if v, err = kube.ReadSecretKey(ctx, r.APIReader, r.RequireSecretLabel, namespace, h.ValueFrom.SecretKeyRef, what+".headers "+h.Name); err != nil {
 				return "", nil, err
 			}
 		}
@@ -211,7 +214,7 @@ func (r *NotifyReconciler) resolveSink(ctx context.Context, namespace string, si
 }
 
 // finish records how an attempt went: delivered, given up, or when to try again.
-func (r *NotifyReconciler) finish(name types.NamespacedName, key attemptKey, sink toolnexusv1alpha1.NotifySink, res notify.Result, reason string, log logr.Logger) {
+func (r *Reconciler) finish(name types.NamespacedName, key attemptKey, sink toolnexusv1alpha1.NotifySink, res notify.Result, reason string, log logr.Logger) {
 	now := r.Clock.Now()
 	outcome, attempts := "delivered", 0
 	r.attempts.update(name, key, func(st *attemptState) {
@@ -220,14 +223,14 @@ func (r *NotifyReconciler) finish(name types.NamespacedName, key attemptKey, sin
 		attempts = st.attempts
 		record := func(o toolnexusv1alpha1.NotificationOutcome, reason, message string) {
 			st.done = &toolnexusv1alpha1.NotificationRecord{Sink: key.sink, Event: key.event, Outcome: o, Reason: reason,
-				Attempts: int32(min(st.attempts, 1<<30)), Message: truncate(message, 1024), Time: &metav1.Time{Time: now}}
+				Attempts: int32(min(st.attempts, 1<<30)), Message: clip.Marked(message, 1024), Time: &metav1.Time{Time: now}}
 		}
 		switch {
 		case res.Delivered:
 			record(toolnexusv1alpha1.NotificationDelivered, "", "")
 		case res.Retry && st.attempts < r.Policy.MaxAttempts:
 			outcome = "retried"
-			st.lastError = truncate(res.Err.Error(), 512)
+			st.lastError = clip.Marked(res.Err.Error(), 512)
 			st.next = now.Add(r.Policy.Wait(st.attempts, res.RetryAfter))
 		default:
 			outcome = "failed"
@@ -238,14 +241,14 @@ func (r *NotifyReconciler) finish(name types.NamespacedName, key attemptKey, sin
 	if format == "" {
 		format = string(toolnexusv1alpha1.NotifyFormatCloudEvents)
 	}
-	r.Metrics.notifications.WithLabelValues(format, strings.ToLower(string(key.event)), outcome).Inc()
+	r.Metrics.Notifications.WithLabelValues(format, strings.ToLower(string(key.event)), outcome).Inc()
 	if res.Err != nil {
 		log.V(1).Info("Notification attempt failed", "outcome", outcome, "attempt", attempts, "error", res.Err.Error())
 	}
 }
 
 // forget cancels the attempts of a request that is gone.
-func (r *NotifyReconciler) forget(name types.NamespacedName) {
+func (r *Reconciler) forget(name types.NamespacedName) {
 	for _, k := range r.attempts.forget(name) {
 		r.Executor.Cancel(k.jobKey())
 	}
@@ -283,12 +286,9 @@ func messageOf(preq *toolnexusv1alpha1.PendingRequest, ev toolnexusv1alpha1.Noti
 
 // SetupWithManager registers the notifier: it watches the PendingRequests that name sinks, and
 // the end of its own attempts.
-func (r *NotifyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil || r.Executor == nil {
-		return errors.New("NotifyReconciler needs APIReader, Recorder, Clock, Metrics and Executor")
-	}
-	if r.HTTPClient == nil {
-		r.HTTPClient = defaultHTTPClient()
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil || r.Executor == nil || r.HTTPClient == nil {
+		return errors.New("the notifier needs APIReader, Recorder, Clock, Metrics, Executor and HTTPClient")
 	}
 	r.Policy = r.Policy.OrDefault()
 	r.attempts = newAttempts()

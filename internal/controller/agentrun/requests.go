@@ -1,4 +1,4 @@
-package controller
+package agentrun
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/telemetry"
@@ -20,7 +22,7 @@ import (
 )
 
 // requestsOf lists the PendingRequests the run controls (owner UID and all), from the cache, by name.
-func (r *AgentRunReconciler) requestsOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (map[string]*toolnexusv1alpha1.PendingRequest, error) {
+func (r *Reconciler) requestsOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (map[string]*toolnexusv1alpha1.PendingRequest, error) {
 	var list toolnexusv1alpha1.PendingRequestList
 	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{ownerRunIndexField: run.Name}); err != nil {
 		return nil, fmt.Errorf("listing PendingRequests: %w", err)
@@ -39,7 +41,7 @@ func (r *AgentRunReconciler) requestsOf(ctx context.Context, run *toolnexusv1alp
 // cancellation, its requests as seen now) and carries out what it decides: the expiries to write,
 // the step to abort, the backoff to keep, the events to report. An expiry written is settled at
 // once, as its request now shows it. It returns when the run must be looked at again.
-func (r *AgentRunReconciler) settle(ctx context.Context, s *scope, end *state.StepEnd, seen []state.Seen) (time.Time, error) {
+func (r *Reconciler) settle(ctx context.Context, s *scope, end *state.StepEnd, seen []state.Seen) (time.Time, error) {
 	out := state.Settle(s.rec.State, end, seen, s.now, r.policyOf(s))
 	if out.Changed {
 		s.dirty = true
@@ -61,7 +63,7 @@ func (r *AgentRunReconciler) settle(ctx context.Context, s *scope, end *state.St
 			r.steps.backoff(key, s.run.UID, e.At)
 			s.progress.reason, s.progress.message = toolnexusv1alpha1.ReasonModelRetrying, e.Message
 			s.event(func() {
-				r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventModelRetrying, actionStep, "%s", truncate(e.Message, 1024))
+				r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventModelRetrying, actionStep, "%s", clip.Marked(e.Message, 1024))
 			})
 		default:
 			r.report(ctx, s, e)
@@ -78,7 +80,7 @@ func (r *AgentRunReconciler) settle(ctx context.Context, s *scope, end *state.St
 }
 
 // policyOf is what the run's spec says Settle must do about its requests and its model.
-func (r *AgentRunReconciler) policyOf(s *scope) state.Policy {
+func (r *Reconciler) policyOf(s *scope) state.Policy {
 	p := state.Policy{Cancel: s.run.Spec.Cancel, RetryBase: retryBase}
 	if s.spec != nil {
 		if sp := s.spec.Suspension; sp != nil {
@@ -95,7 +97,7 @@ func (r *AgentRunReconciler) policyOf(s *scope) state.Policy {
 // cache, or, when the cache has not seen it, around it (absent there too: it was deleted). Only
 // the requests the run created are kept for the projection; another object under a request's name
 // is handed to Settle as it is, and ends the run closed.
-func (r *AgentRunReconciler) seen(ctx context.Context, s *scope) ([]state.Seen, error) {
+func (r *Reconciler) seen(ctx context.Context, s *scope) ([]state.Seen, error) {
 	var out []state.Seen
 	for _, call := range s.rec.State.Suspended() {
 		if call.Announced == nil {
@@ -145,11 +147,11 @@ func seenOf(preq *toolnexusv1alpha1.PendingRequest) state.Seen {
 
 // report records what Settle decided about a request (events, metrics, the suspension's span),
 // once the writes it depends on are made.
-func (r *AgentRunReconciler) report(ctx context.Context, s *scope, e state.Effect) {
+func (r *Reconciler) report(ctx context.Context, s *scope, e state.Effect) {
 	preq := s.requests[e.Name]
 	wait := func(kind, outcome string) {
 		if preq != nil {
-			r.Metrics.suspensionWait.WithLabelValues(kind, outcome).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
+			r.Metrics.SuspensionWait.WithLabelValues(kind, outcome).Observe(s.now.Sub(preq.CreationTimestamp.Time).Seconds())
 		}
 	}
 	kind := ""
@@ -193,7 +195,7 @@ func (r *AgentRunReconciler) report(ctx context.Context, s *scope, e state.Effec
 }
 
 // liveRequest reads a request around the cache; nil when it does not exist.
-func (r *AgentRunReconciler) liveRequest(ctx context.Context, namespace, name string) (*toolnexusv1alpha1.PendingRequest, error) {
+func (r *Reconciler) liveRequest(ctx context.Context, namespace, name string) (*toolnexusv1alpha1.PendingRequest, error) {
 	preq := &toolnexusv1alpha1.PendingRequest{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, preq)
 	if apierrors.IsNotFound(err) {
@@ -207,7 +209,7 @@ func (r *AgentRunReconciler) liveRequest(ctx context.Context, namespace, name st
 
 // expire answers a request {ok: false, reason: expired} as system:expired. It reports false when
 // someone answered first (the API server refuses to change an answer): their answer stands.
-func (r *AgentRunReconciler) expire(ctx context.Context, preq *toolnexusv1alpha1.PendingRequest, now time.Time) (bool, error) {
+func (r *Reconciler) expire(ctx context.Context, preq *toolnexusv1alpha1.PendingRequest, now time.Time) (bool, error) {
 	if preq == nil {
 		return false, nil // not the run's own request: Settle ended the run instead
 	}
@@ -215,7 +217,7 @@ func (r *AgentRunReconciler) expire(ctx context.Context, preq *toolnexusv1alpha1
 	expired.Status.Answer = &toolnexusv1alpha1.Answer{OK: false, Reason: tools.ReasonExpired}
 	expired.Status.AnsweredBy = toolnexusv1alpha1.ExpiredAnswerer
 	expired.Status.AnsweredAt = &metav1.Time{Time: now}
-	if _, err := patchStatus(ctx, r.Client, expired, preq); err != nil {
+	if _, err := kube.PatchStatus(ctx, r.Client, expired, preq); err != nil {
 		if apierrors.IsInvalid(err) {
 			return false, nil
 		}
@@ -230,7 +232,7 @@ func (r *AgentRunReconciler) expire(ctx context.Context, preq *toolnexusv1alpha1
 // between re-creates the same request (deterministic name and spec). A request that already
 // exists is adopted only when this run controls it and its spec is the one the run would
 // create; anything else ends the run closed, naming the object.
-func (r *AgentRunReconciler) announce(ctx context.Context, s *scope) error {
+func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 	st := s.rec.State
 	for i := range st.Calls {
 		call := &st.Calls[i]
@@ -290,7 +292,7 @@ const (
 // syncRequests projects the saved state onto the run's requests: a request is open while the
 // call it was created for still waits on it; once the saved state holds its answer (or the turn
 // moved on) it is Resolved, and when the run ended first it is Resolved with reason RunGone.
-func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
+func (r *Reconciler) syncRequests(ctx context.Context, s *scope) error {
 	waiting := map[string]bool{}
 	for _, c := range s.rec.State.Suspended() {
 		if c.Announced != nil {
@@ -319,7 +321,7 @@ func (r *AgentRunReconciler) syncRequests(ctx context.Context, s *scope) error {
 		}
 		before := preq.DeepCopy()
 		setRequestStatus(preq, fate, s.now)
-		if _, err := patchStatus(ctx, r.Client, preq, before); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := kube.PatchStatus(ctx, r.Client, preq, before); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("updating PendingRequest %s status: %w", name, err)
 		}
 		// Cancelled unanswered (the run ended first): an answer that declined with reason cancelled
@@ -346,17 +348,17 @@ func setAnswered(preq *toolnexusv1alpha1.PendingRequest, cancelled bool, now tim
 	a := preq.Status.Answer
 	switch {
 	case a != nil && a.OK && (preq.Spec.Request.Kind == tools.KindApproval || preq.Spec.Request.Kind == tools.KindAuthorization):
-		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonApproved, "Approved by "+answererOf(preq))
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonApproved, "Approved by "+answererOf(preq))
 	case a != nil && a.OK:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswered, "Answered by "+answererOf(preq))
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswered, "Answered by "+answererOf(preq))
 	case a != nil && preq.Status.Phase == toolnexusv1alpha1.RequestPhaseExpired:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonExpired, "Expired unanswered")
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonExpired, "Expired unanswered")
 	case a != nil:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonDeclined, "Declined by "+answererOf(preq))
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonDeclined, "Declined by "+answererOf(preq))
 	case cancelled:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonRunGone, "The run ended before an answer came")
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonRunGone, "The run ended before an answer came")
 	default:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAwaitingAnswer, "Waiting for status.answer")
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAwaitingAnswer, "Waiting for status.answer")
 	}
 }
 
@@ -364,13 +366,13 @@ func setAnswered(preq *toolnexusv1alpha1.PendingRequest, cancelled bool, now tim
 func setResolved(preq *toolnexusv1alpha1.PendingRequest, fate requestFate, cancelled bool, now time.Time) {
 	switch {
 	case fate == requestOpen:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAnswerNotConsumed, "The run has not consumed an answer yet")
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAnswerNotConsumed, "The run has not consumed an answer yet")
 	case cancelled:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled")
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled")
 	case fate == requestDropped:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended before it consumed the answer")
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended before it consumed the answer")
 	default:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswerConsumed, "The run has consumed the answer")
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonAnswerConsumed, "The run has consumed the answer")
 	}
 }
 
@@ -385,7 +387,7 @@ func openSummaries(s *scope) []toolnexusv1alpha1.PendingSummary {
 			continue
 		}
 		out = append(out, toolnexusv1alpha1.PendingSummary{
-			Name: c.Announced.Name, Kind: c.Request.Kind, Prompt: truncate(c.Request.Prompt, maxStatusPrompt), URL: c.Request.URL, ToolCallID: c.ID,
+			Name: c.Announced.Name, Kind: c.Request.Kind, Prompt: clip.Marked(c.Request.Prompt, maxStatusPrompt), URL: c.Request.URL, ToolCallID: c.ID,
 		})
 	}
 	return out

@@ -1,4 +1,4 @@
-package controller
+package agentrun
 
 import (
 	"strings"
@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/tools"
@@ -116,12 +118,12 @@ func setSucceeded(run *toolnexusv1alpha1.AgentRun, rec *runstore.Record, open []
 		s.Phase = toolnexusv1alpha1.RunPhaseFailed
 	case st.Status == loop.StatusDone:
 		status, reason, message = metav1.ConditionTrue, toolnexusv1alpha1.ReasonCompleted, "The model gave its final answer"
-		s.Phase, s.Result, s.Text = toolnexusv1alpha1.RunPhaseSucceeded, loop.StatusDone, truncate(st.Text, maxStatusText)
+		s.Phase, s.Result, s.Text = toolnexusv1alpha1.RunPhaseSucceeded, loop.StatusDone, clip.Marked(st.Text, maxStatusText)
 	case st.Status == loop.StatusIncomplete:
 		status, reason = metav1.ConditionFalse, toolnexusv1alpha1.ReasonMaxTurns
 		message = "The run used all its model turns without a final answer"
 		s.Phase, s.Result, s.Limit = toolnexusv1alpha1.RunPhaseIncomplete, loop.StatusIncomplete, st.Limit
-		s.Text = truncate(st.Text, maxStatusText)
+		s.Text = clip.Marked(st.Text, maxStatusText)
 	case p.reason != "":
 		reason, message = p.reason, p.message
 		s.Phase = toolnexusv1alpha1.RunPhaseRunning
@@ -139,9 +141,9 @@ func setSucceeded(run *toolnexusv1alpha1.AgentRun, rec *runstore.Record, open []
 		s.Phase = toolnexusv1alpha1.RunPhaseRunning
 	}
 	if status == metav1.ConditionUnknown && len(open) > 0 {
-		s.Result, s.Text = loop.StatusPending, truncate(open[0].Prompt, maxStatusText)
+		s.Result, s.Text = loop.StatusPending, clip.Marked(open[0].Prompt, maxStatusText)
 	}
-	setCondition(run, now, toolnexusv1alpha1.ConditionSucceeded, status, reason, message)
+	kube.SetCondition(run, now, toolnexusv1alpha1.ConditionSucceeded, status, reason, message)
 }
 
 // setKstatus sets the abnormal-true conditions kstatus reads, mirroring Succeeded: Reconciling
@@ -156,17 +158,17 @@ func setKstatus(run *toolnexusv1alpha1.AgentRun, now time.Time) {
 			meta.RemoveStatusCondition(&run.Status.Conditions, t)
 			continue
 		}
-		setCondition(run, now, t, metav1.ConditionTrue, succeeded.Reason, succeeded.Message)
+		kube.SetCondition(run, now, t, metav1.ConditionTrue, succeeded.Reason, succeeded.Message)
 	}
 }
 
 // setSuspended is True while a request of the run is open.
 func setSuspended(run *toolnexusv1alpha1.AgentRun, open []toolnexusv1alpha1.PendingSummary, now time.Time) {
 	if len(open) > 0 {
-		setCondition(run, now, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionTrue, toolnexusv1alpha1.ReasonOpenRequests, "Waiting for an answer to "+open[0].Name)
+		kube.SetCondition(run, now, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionTrue, toolnexusv1alpha1.ReasonOpenRequests, "Waiting for an answer to "+open[0].Name)
 		return
 	}
-	setCondition(run, now, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionFalse, toolnexusv1alpha1.ReasonNoOpenRequests, "No PendingRequest of the run is open")
+	kube.SetCondition(run, now, toolnexusv1alpha1.ConditionSuspended, metav1.ConditionFalse, toolnexusv1alpha1.ReasonNoOpenRequests, "No PendingRequest of the run is open")
 }
 
 // setToolsReady says whether every MCP server answered when the tools were last built; when they
@@ -179,11 +181,11 @@ func setToolsReady(run *toolnexusv1alpha1.AgentRun, rec *runstore.Record, p prog
 		return
 	}
 	if len(p.mcpFailures) > 0 {
-		setCondition(run, now, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionFalse, toolnexusv1alpha1.ReasonMCPServerUnavailable,
-			truncate("Some MCP tools are missing: "+strings.Join(p.mcpFailures, "; "), 1024))
+		kube.SetCondition(run, now, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionFalse, toolnexusv1alpha1.ReasonMCPServerUnavailable,
+			clip.Marked("Some MCP tools are missing: "+strings.Join(p.mcpFailures, "; "), 1024))
 		return
 	}
-	setCondition(run, now, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonToolsAvailable, "Every MCP server answered")
+	kube.SetCondition(run, now, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonToolsAvailable, "Every MCP server answered")
 }
 
 func toolCallSummaries(calls []loop.ToolCall) []toolnexusv1alpha1.ToolCallSummary {
@@ -193,8 +195,8 @@ func toolCallSummaries(calls []loop.ToolCall) []toolnexusv1alpha1.ToolCallSummar
 	out := make([]toolnexusv1alpha1.ToolCallSummary, 0, len(calls))
 	for _, c := range calls {
 		out = append(out, toolnexusv1alpha1.ToolCallSummary{
-			ID: c.ID, Name: truncate(c.Name, maxStatusName), Arguments: truncate(c.Arguments, maxStatusArgs),
-			Output: truncate(c.Output, maxStatusOutput), IsError: c.IsError, Turn: int32(c.Turn),
+			ID: c.ID, Name: clip.Marked(c.Name, maxStatusName), Arguments: clip.Marked(c.Arguments, maxStatusArgs),
+			Output: clip.Marked(c.Output, maxStatusOutput), IsError: c.IsError, Turn: int32(c.Turn),
 		})
 	}
 	return out

@@ -1,4 +1,4 @@
-package controller
+package agentrun
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/runstore"
 )
 
@@ -20,7 +21,7 @@ import (
 // resolveSpec sets s.spec, the spec the run runs with. A run of an Agent that has no snapshot
 // yet takes one from the Agent and saves it before anything else; found is false when that
 // Agent does not exist.
-func (r *AgentRunReconciler) resolveSpec(ctx context.Context, s *scope) (found bool, err error) {
+func (r *Reconciler) resolveSpec(ctx context.Context, s *scope) (found bool, err error) {
 	run := s.run
 	if ref := run.Spec.AgentRef; ref != nil && s.rec.Agent == nil && !s.rec.Started() {
 		agent := &toolnexusv1alpha1.Agent{}
@@ -46,7 +47,7 @@ func (r *AgentRunReconciler) resolveSpec(ctx context.Context, s *scope) (found b
 	}
 	spec, err := effectiveSpec(run, s.rec)
 	if err != nil {
-		s.rec.State.End(toolnexusv1alpha1.ReasonTranscriptCorrupt, truncate(err.Error(), 1024))
+		s.rec.State.End(toolnexusv1alpha1.ReasonTranscriptCorrupt, clip.Marked(err.Error(), 1024))
 		s.dirty = true
 		spec = &run.Spec
 	}

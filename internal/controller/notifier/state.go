@@ -1,4 +1,4 @@
-package controller
+package notifier
 
 import (
 	"fmt"
@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/kube"
 )
 
 // What a request's sinks are owed is derived from the request alone: the events that happened
@@ -219,16 +221,16 @@ func setNotified(preq *toolnexusv1alpha1.PendingRequest, now time.Time, pending 
 	}
 	switch {
 	case len(failed) > 0:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionNotified, metav1.ConditionFalse, failReason, joinBounded(failed))
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionNotified, metav1.ConditionFalse, failReason, joinBounded(failed))
 	case len(waiting) > 0:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionNotified, metav1.ConditionUnknown, toolnexusv1alpha1.ReasonDelivering, joinBounded(waiting))
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionNotified, metav1.ConditionUnknown, toolnexusv1alpha1.ReasonDelivering, joinBounded(waiting))
 	default:
-		setCondition(preq, now, toolnexusv1alpha1.ConditionNotified, metav1.ConditionTrue, toolnexusv1alpha1.ReasonNotificationsDelivered,
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionNotified, metav1.ConditionTrue, toolnexusv1alpha1.ReasonNotificationsDelivered,
 			"Every sink took every event so far")
 	}
 }
 
 // joinBounded joins condition messages, within the bound of a condition message.
 func joinBounded(msgs []string) string {
-	return truncate(strings.Join(msgs, "; "), 1024)
+	return clip.Marked(strings.Join(msgs, "; "), 1024)
 }

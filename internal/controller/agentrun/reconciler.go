@@ -1,7 +1,7 @@
 // Package controller holds the AgentRun reconciler: it reads objects, drives the durable step
 // machine of internal/loop, writes status, creates PendingRequests and emits events. Decisions
 // about the loop live in internal/loop; this package only does the I/O around them.
-package controller
+package agentrun
 
 import (
 	"context"
@@ -30,19 +30,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/controller/metrics"
 	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/executor"
+	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/telemetry"
 )
 
-// The first backoff delay of a transient model failure (loop.Backoff doubles it per failure).
 const (
+	// retryBase is the first backoff delay of a transient model failure (doubled per failure).
 	retryBase = loop.DefaultRetryBase
-	// nextStep is the requeue delay of a run whose wake-up time has already come.
-	nextStep = time.Millisecond
 	// secretRecheck is how often a run waiting for a Secret looks again by itself. The Secret's
 	// watch wakes it at once; this covers a Secret that appears before the cache shows the run
 	// waiting for it (the watch only wakes runs that wait).
@@ -72,8 +73,8 @@ const (
 	actionAnswer          = "Answer"
 )
 
-// AgentRunReconciler runs AgentRuns step by step.
-type AgentRunReconciler struct {
+// Reconciler runs AgentRuns step by step.
+type Reconciler struct {
 	client.Client
 	// APIReader reads around the cache: the run's record and Secrets.
 	APIReader  client.Reader
@@ -81,41 +82,31 @@ type AgentRunReconciler struct {
 	Recorder   events.EventRecorder
 	Clock      clock.PassiveClock
 	HTTPClient *http.Client
-	Metrics    *Metrics
+	Metrics    *metrics.Metrics
 	// MaxConcurrentReconciles is the number of runs stepped at once.
 	MaxConcurrentReconciles int
 	// MaxTranscriptBytes bounds a run's stored transcript, compressed; 0 means
-	// DefaultMaxTranscriptBytes. A run that outgrows it fails with TranscriptTooLarge.
+	// runstore.DefaultMaxBytes. A run that outgrows it fails with TranscriptTooLarge.
 	MaxTranscriptBytes int
 	// MaxTranscriptRawBytes bounds a run's transcript decoded; 0 means
-	// DefaultMaxTranscriptRawBytes. A run that outgrows it fails with TranscriptTooLarge.
+	// runstore.DefaultMaxRawBytes. A run that outgrows it fails with TranscriptTooLarge.
 	MaxTranscriptRawBytes int
 	// MaxToolCallsPerTurn bounds the tool calls of one model turn that run; 0 means
 	// loop.DefaultMaxToolCallsPerTurn.
 	MaxToolCallsPerTurn int
 	// RequireSecretLabel lets runs read only Secrets labelled toolnexus.dev/agentrun-access=true.
 	RequireSecretLabel bool
-	// MaxInflight bounds the steps (model requests and tool calls) in flight at once, and
-	// MaxInflightPerNamespace those of one namespace; 0 means the executor's defaults.
-	MaxInflight, MaxInflightPerNamespace int
 	// Tracing writes each run's trace; nil writes none.
 	Tracing *telemetry.Tracing
 
-	// Executor runs the steps; SetupWithManager makes one, run by the manager while it leads.
+	// Executor runs the steps, bounded and fair across namespaces; the manager runs it while it
+	// leads.
 	Executor *executor.Executor
 	steps    *steps
 	store    *runstore.Store
 }
 
-const (
-	// DefaultMaxTranscriptBytes bounds a run's stored transcript, compressed.
-	DefaultMaxTranscriptBytes = runstore.DefaultMaxBytes
-	// DefaultMaxTranscriptRawBytes bounds a run's transcript decoded: what a reconcile holds in
-	// memory.
-	DefaultMaxTranscriptRawBytes = runstore.DefaultMaxRawBytes
-)
-
-var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
+var _ reconcile.Reconciler = (*Reconciler)(nil)
 
 // Why each permission is there (the manager's ClusterRole is generated from these markers):
 //   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished.
@@ -144,7 +135,7 @@ var _ reconcile.Reconciler = (*AgentRunReconciler)(nil)
 // Reconcile takes the run one step further: it consumes answers, runs at most one model turn and
 // its tool calls, persists the record after every step, and only then projects the saved state
 // onto the run's PendingRequests and status.
-func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	defer func() { res.Priority = ptr.To(requeuePriority) }()
 	run := &toolnexusv1alpha1.AgentRun{}
 	err = r.Get(ctx, req.NamespacedName, run)
@@ -184,7 +175,7 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	if errors.As(err, &bad) {
 		// The run cannot go on; its status says why, its requests are closed, and nothing runs.
 		rec = &runstore.Record{State: loop.NewState(run.Spec.Prompt), Head: &toolnexusv1alpha1.AgentRunRecord{}}
-		rec.State.End(bad.Reason, truncate(bad.Error(), 1024))
+		rec.State.End(bad.Reason, clip.Marked(bad.Error(), 1024))
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -226,7 +217,7 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 // project writes what the saved state says onto the run's requests and status, then records the
 // events of what changed. It runs only when nothing unsaved is left, so a request is never marked
 // Resolved and a run never reported on the strength of a state that could still be lost.
-func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
+func (r *Reconciler) project(ctx context.Context, s *scope) error {
 	if err := r.syncRequests(ctx, s); err != nil {
 		return err
 	}
@@ -238,7 +229,7 @@ func (r *AgentRunReconciler) project(ctx context.Context, s *scope) error {
 		s.emitEvents()
 		return nil
 	}
-	patched, err := patchStatus(ctx, r.Client, s.run, s.before)
+	patched, err := kube.PatchStatus(ctx, r.Client, s.run, s.before)
 	if apierrors.IsNotFound(err) {
 		return nil // deleted while this reconcile worked on it: nothing is left to report on
 	}
@@ -295,7 +286,7 @@ func (s *scope) emitEvents() {
 // waits (for a step in flight, an answer, a Secret, a backoff), with the requeue that continues
 // it. State it changed and did not save is marked dirty; Reconcile saves it, unless a step took it
 // along (then the step's outcome, which holds it, is saved).
-func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error) {
+func (r *Reconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error) {
 	key := runKey(s.run)
 	if s.busy && !s.run.Spec.Cancel {
 		s.inflight = true // its end wakes the run
@@ -321,7 +312,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 			}
 		}
 		if !wake.IsZero() {
-			return requeueAt(wake, s.now), nil // a model failure backs off
+			return kube.RequeueAt(wake, s.now), nil // a model failure backs off
 		}
 	}
 	if st.Ended() {
@@ -341,18 +332,18 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 	}
 	if next := st.Next(); next != loop.ActionModelTurn && next != loop.ActionToolCalls {
 		// Parked: answers and deletions wake the run, and so does the nearest expiry.
-		return requeueAt(wake, s.now), nil
+		return kube.RequeueAt(wake, s.now), nil
 	}
 	if at := r.steps.notBefore(key, s.run.UID, s.now); !at.IsZero() {
-		return requeueAt(at, s.now), nil
+		return kube.RequeueAt(at, s.now), nil
 	}
 
-	rt, err := r.prepare(ctx, s.run, s.spec, r.Metrics.observe)
-	var missing *missingSecretError
+	rt, err := r.prepare(ctx, s.run, s.spec, r.Metrics.Observe)
+	var missing *kube.MissingSecretError
 	var invalid *runspec.Error
 	switch {
 	case errors.As(err, &missing):
-		s.progress.reason, s.progress.message = missing.reason, missing.Error()
+		s.progress.reason, s.progress.message = missing.Reason, missing.Error()
 		return ctrl.Result{RequeueAfter: secretRecheck}, nil // the Secret watch wakes the run
 	case errors.As(err, &invalid):
 		st.End(toolnexusv1alpha1.ReasonInvalidSpec, invalid.Error())
@@ -376,7 +367,7 @@ func (r *AgentRunReconciler) advance(ctx context.Context, s *scope) (ctrl.Result
 }
 
 // save persists the record; a record too large to store ends the run with TranscriptTooLarge.
-func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
+func (r *Reconciler) save(ctx context.Context, s *scope) error {
 	err := r.store.Save(ctx, s.run, s.rec)
 	var tooLarge *runstore.TooLargeError
 	if errors.As(err, &tooLarge) {
@@ -389,7 +380,7 @@ func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
 	}
 	var bad *runstore.CorruptError
 	if errors.As(err, &bad) {
-		s.rec.State.End(bad.Reason, truncate(bad.Error(), 1024))
+		s.rec.State.End(bad.Reason, clip.Marked(bad.Error(), 1024))
 		s.dirty = false
 		r.owe(s)
 		return nil
@@ -405,12 +396,12 @@ func (r *AgentRunReconciler) save(ctx context.Context, s *scope) error {
 // owe notes the start and end this reconcile saved (or, for an end that cannot be saved, decided:
 // the status is then the run's last word). They are reported once a status patch shows them,
 // whatever fails between the save and that patch (a request's update, a Secret's read).
-func (r *AgentRunReconciler) owe(s *scope) {
+func (r *Reconciler) owe(s *scope) {
 	r.steps.owe(runKey(s.run), s.run.UID, !s.startedAtLoad && s.rec.Started(), !s.endedAtLoad && s.rec.State.Ended())
 }
 
 // reconcileFinished deletes a finished run once ttlSecondsAfterFinished has passed.
-func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (ctrl.Result, error) {
+func (r *Reconciler) reconcileFinished(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (ctrl.Result, error) {
 	ttl := run.Spec.TTLSecondsAfterFinished
 	if ttl == nil || run.Status.CompletionTime == nil {
 		return ctrl.Result{}, nil
@@ -428,7 +419,7 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *toolnex
 // not show the last patch yet, and an event must not repeat), and why it waits from the difference
 // between the status before this reconcile and the one just written. The run's end also writes
 // its span.
-func (r *AgentRunReconciler) emitTransitions(ctx context.Context, s *scope, started, ended bool) {
+func (r *Reconciler) emitTransitions(ctx context.Context, s *scope, started, ended bool) {
 	before, after := conditionOf(s.before, toolnexusv1alpha1.ConditionSucceeded), conditionOf(s.run, toolnexusv1alpha1.ConditionSucceeded)
 	if started {
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunStarted, actionStep, "Run started with model %s", s.spec.Model.Name)
@@ -451,32 +442,18 @@ func (r *AgentRunReconciler) emitTransitions(ctx context.Context, s *scope, star
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeNormal, EventRunCancelled, actionStep, "%s", after.Message)
 	default:
 		failed = true
-		r.Metrics.runErrors.WithLabelValues(after.Reason).Inc()
-		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunFailed, actionStep, "%s: %s", after.Reason, truncate(after.Message, 1024))
+		r.Metrics.RunErrors.WithLabelValues(after.Reason).Inc()
+		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunFailed, actionStep, "%s: %s", after.Reason, clip.Marked(after.Message, 1024))
 	}
 	r.traceEnd(ctx, s, failed)
 }
 
-func requeueAt(t, now time.Time) ctrl.Result {
-	if t.IsZero() {
-		return ctrl.Result{}
-	}
-	wait := t.Sub(now)
-	if wait <= 0 {
-		wait = nextStep
-	}
-	return ctrl.Result{RequeueAfter: wait}
-}
-
-// SetupWithManager registers the reconciler, its executor and its watches: AgentRuns (spec changes
-// only), answers to and deletions of their PendingRequests, the appearance of Secrets and Agents
-// they wait for, and the end of their steps.
-func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil {
-		return errors.New("AgentRunReconciler needs APIReader, Recorder, Clock and Metrics")
-	}
-	if r.HTTPClient == nil {
-		r.HTTPClient = defaultHTTPClient()
+// SetupWithManager registers the reconciler and its watches: AgentRuns (spec changes only), answers
+// to and deletions of their PendingRequests, the appearance of Secrets and Agents they wait for,
+// and the end of their steps.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil || r.Executor == nil || r.HTTPClient == nil {
+		return errors.New("the AgentRun Reconciler needs APIReader, Recorder, Clock, Metrics, Executor and HTTPClient")
 	}
 	if r.Tracing != nil {
 		r.HTTPClient = telemetry.Propagating(r.HTTPClient)
@@ -484,12 +461,6 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.steps = newSteps()
 	r.store = runstore.New(r.Client, r.APIReader, r.Scheme,
 		runstore.Limits{MaxBytes: r.MaxTranscriptBytes, MaxRawBytes: r.MaxTranscriptRawBytes})
-	if r.Executor == nil {
-		r.Executor = executor.New(r.MaxInflight, r.MaxInflightPerNamespace, r.Metrics.executorObserver())
-		if err := mgr.Add(r.Executor); err != nil {
-			return err
-		}
-	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, secretNamesIndexField, secretNames); err != nil {
 		return err
 	}
@@ -588,7 +559,7 @@ func secretNames(obj client.Object) []string {
 // SecretNotFound or SecretNotAllowed), referencing it themselves or through their Agent. Runs that
 // do not wait for it are left alone: they read it at call time, and a parked run woken by a
 // Secret's metadata change would decode its whole transcript for nothing.
-func (r *AgentRunReconciler) runsWaitingFor(ctx context.Context, secret client.Object) []reconcile.Request {
+func (r *Reconciler) runsWaitingFor(ctx context.Context, secret client.Object) []reconcile.Request {
 	waiting := func(run *toolnexusv1alpha1.AgentRun) bool {
 		// A run that has not started reads no record when woken; one that started and found a
 		// Secret missing says so in its status (and re-checks on its own, should the Secret appear
@@ -610,7 +581,7 @@ func (r *AgentRunReconciler) runsWaitingFor(ctx context.Context, secret client.O
 
 // runsOfAgent maps an Agent to the runs of it that wait for it to exist (reason AgentNotFound):
 // a run that has its snapshot never reads the Agent again.
-func (r *AgentRunReconciler) runsOfAgent(ctx context.Context, agent client.Object) []reconcile.Request {
+func (r *Reconciler) runsOfAgent(ctx context.Context, agent client.Object) []reconcile.Request {
 	return r.runsWhere(ctx, agent.GetNamespace(), agentRefIndexField, agent.GetName(), func(run *toolnexusv1alpha1.AgentRun) bool {
 		return conditionOf(run, toolnexusv1alpha1.ConditionSucceeded).Reason == toolnexusv1alpha1.ReasonAgentNotFound
 	})
@@ -618,7 +589,7 @@ func (r *AgentRunReconciler) runsOfAgent(ctx context.Context, agent client.Objec
 
 // runsWhere lists the unfinished runs of namespace whose index field has value and that want says
 // to wake.
-func (r *AgentRunReconciler) runsWhere(ctx context.Context, namespace, field, value string, want func(*toolnexusv1alpha1.AgentRun) bool) []reconcile.Request {
+func (r *Reconciler) runsWhere(ctx context.Context, namespace, field, value string, want func(*toolnexusv1alpha1.AgentRun) bool) []reconcile.Request {
 	var runs toolnexusv1alpha1.AgentRunList
 	if err := r.List(ctx, &runs, client.InNamespace(namespace), client.MatchingFields{field: value}); err != nil {
 		return nil

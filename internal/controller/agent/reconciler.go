@@ -1,4 +1,4 @@
-package controller
+package agent
 
 import (
 	"context"
@@ -15,17 +15,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/controller/runspec"
+	"github.com/toolnexus/operator/internal/kube"
 )
 
-// AgentReconciler says, in each Agent's Ready condition, whether the agent can run: it builds the
+// Reconciler says, in each Agent's Ready condition, whether the agent can run: it builds the
 // agent's tools, approval gates and model options the way a run does, without any I/O.
-type AgentReconciler struct {
+type Reconciler struct {
 	client.Client
 	Clock clock.PassiveClock
 }
 
-var _ reconcile.Reconciler = (*AgentReconciler)(nil)
+var _ reconcile.Reconciler = (*Reconciler)(nil)
 
 // Why each permission is there: agents get/list/watch: the work queue, and runs resolve their
 // Agent from the cache; agents/status get/patch: the Ready condition.
@@ -34,7 +36,7 @@ var _ reconcile.Reconciler = (*AgentReconciler)(nil)
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=agents/status,verbs=get;patch
 
 // Reconcile sets the Agent's Ready condition, and Stalled with the same reason when it is False.
-func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	agent := &toolnexusv1alpha1.Agent{}
 	if err := r.Get(ctx, req.NamespacedName, agent); err != nil || !agent.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -46,7 +48,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	setAgentReady(agent, invalid, r.Clock.Now())
-	_, err = patchStatus(ctx, r.Client, agent, before)
+	_, err = kube.PatchStatus(ctx, r.Client, agent, before)
 	return ctrl.Result{}, err
 }
 
@@ -55,20 +57,20 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 func setAgentReady(agent *toolnexusv1alpha1.Agent, invalid *runspec.Error, now time.Time) {
 	agent.Status.ObservedGeneration = agent.Generation
 	if invalid == nil {
-		setCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonValid,
+		kube.SetCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonValid,
 			"The agent's tools, approval gates and model options are valid")
 		meta.RemoveStatusCondition(&agent.Status.Conditions, toolnexusv1alpha1.ConditionStalled)
 		return
 	}
-	msg := truncate(invalid.Error(), 1024)
-	setCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, invalid.Reason, msg)
-	setCondition(agent, now, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, invalid.Reason, msg)
+	msg := clip.Marked(invalid.Error(), 1024)
+	kube.SetCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, invalid.Reason, msg)
+	kube.SetCondition(agent, now, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, invalid.Reason, msg)
 }
 
 // SetupWithManager registers the reconciler; it reacts to spec changes only.
-func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil || r.Clock == nil {
-		return errors.New("AgentReconciler needs a Client and a Clock")
+		return errors.New("Reconciler needs a Client and a Clock")
 	}
 	return builder.ControllerManagedBy(mgr).
 		For(&toolnexusv1alpha1.Agent{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

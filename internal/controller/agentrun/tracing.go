@@ -1,4 +1,4 @@
-package controller
+package agentrun
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 // runTrace identifies the run's trace. A malformed traceparent annotation is ignored: the run
 // gets a trace of its own, and the log says why (at the default level until the run has started).
-func (r *AgentRunReconciler) runTrace(ctx context.Context, run *toolnexusv1alpha1.AgentRun) telemetry.Run {
+func (r *Reconciler) runTrace(ctx context.Context, run *toolnexusv1alpha1.AgentRun) telemetry.Run {
 	tr := telemetry.Run{UID: string(run.UID), Namespace: run.Namespace, Name: run.Name}
 	if r.Tracing == nil {
 		return tr
@@ -41,7 +41,7 @@ func (r *AgentRunReconciler) runTrace(ctx context.Context, run *toolnexusv1alpha
 }
 
 // traceSuspension writes the span of a request that ended with outcome at end.
-func (r *AgentRunReconciler) traceSuspension(ctx context.Context, run *toolnexusv1alpha1.AgentRun, preq *toolnexusv1alpha1.PendingRequest, outcome string, end time.Time) {
+func (r *Reconciler) traceSuspension(ctx context.Context, run *toolnexusv1alpha1.AgentRun, preq *toolnexusv1alpha1.PendingRequest, outcome string, end time.Time) {
 	if r.Tracing == nil {
 		return
 	}
@@ -56,7 +56,7 @@ func (r *AgentRunReconciler) traceSuspension(ctx context.Context, run *toolnexus
 
 // traceEnd writes the run span; it is called once, with the run's end event, which says whether
 // the run failed.
-func (r *AgentRunReconciler) traceEnd(ctx context.Context, s *scope, failed bool) {
+func (r *Reconciler) traceEnd(ctx context.Context, s *scope, failed bool) {
 	if r.Tracing == nil {
 		return
 	}

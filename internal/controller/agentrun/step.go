@@ -1,4 +1,4 @@
-package controller
+package agentrun
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/executor"
+	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/runstore"
@@ -176,17 +177,8 @@ func (s *steps) forget(key types.NamespacedName) {
 	s.mu.Unlock()
 }
 
-// wakeUp sends obj's reconcile request into ch, a controller's channel source; it never blocks
-// the job that calls it for longer than ctx lives.
-func wakeUp(ctx context.Context, ch chan<- event.GenericEvent, obj client.Object) {
-	select {
-	case ch <- event.GenericEvent{Object: obj}:
-	case <-ctx.Done():
-	}
-}
-
 // submitStep hands the run's next step to the executor. The step works on a copy of the state.
-func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
+func (r *Reconciler) submitStep(s *scope, rt *stepper) error {
 	raw, err := json.Marshal(s.rec.State)
 	if err != nil {
 		return fmt.Errorf("copying the run's state: %w", err)
@@ -215,7 +207,7 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 		r.steps.put(key, o)
 	}, Done: func(ctx context.Context) {
 		// Once the key is free: the reconcile it wakes finds the step over and takes its outcome.
-		wakeUp(ctx, r.steps.wake, wake)
+		kube.Wake(ctx, r.steps.wake, wake)
 	}})
 	return nil
 }
@@ -224,11 +216,11 @@ func (r *AgentRunReconciler) submitStep(s *scope, rt *stepper) error {
 func failureOf(err error) *state.Failure {
 	var invalid *runspec.Error
 	if errors.As(err, &invalid) {
-		return &state.Failure{InvalidSpec: true, Message: truncate(invalid.Error(), 2048)}
+		return &state.Failure{InvalidSpec: true, Message: clip.Marked(invalid.Error(), 2048)}
 	}
 	f := loop.Classify(err)
 	if f != nil {
-		f.Message = truncate(f.Message, 2048)
+		f.Message = clip.Marked(f.Message, 2048)
 	}
 	return f
 }

@@ -1,4 +1,4 @@
-package controller
+package agentrun
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/toolnexus/operator/internal/controller/metrics"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -123,7 +124,7 @@ var (
 // decisionEnv is a reconciler over a fake API server that, like a real one, gives created objects
 // a UID (created-<name>), and counts the status patches sent to it.
 type decisionEnv struct {
-	r             *AgentRunReconciler
+	r             *Reconciler
 	c             client.Client
 	recorder      *events.FakeRecorder
 	statusPatches int
@@ -160,8 +161,8 @@ func newDecisionEnv(t *testing.T, objs ...client.Object) *decisionEnv {
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			},
 		}).Build()
-	e.r = &AgentRunReconciler{Client: e.c, APIReader: e.c, Scheme: scheme, Recorder: e.recorder,
-		Clock: clocktesting.NewFakePassiveClock(decisionNow), Metrics: NewMetrics(prometheus.NewRegistry(), e.c), steps: newSteps(),
+	e.r = &Reconciler{Client: e.c, APIReader: e.c, Scheme: scheme, Recorder: e.recorder,
+		Clock: clocktesting.NewFakePassiveClock(decisionNow), Metrics: metrics.New(prometheus.NewRegistry(), e.c), steps: newSteps(),
 		store:    runstore.New(e.c, e.c, scheme, runstore.Limits{}),
 		Executor: executor.New(0, 0, executor.Observer{})}
 	return e
@@ -487,7 +488,7 @@ func TestConsumeAnswers(t *testing.T) {
 
 // consumeAnswers is what a reconcile does with a parked run's requests: read them as Settle needs
 // them, settle, and carry out what it decides.
-func consumeAnswers(ctx context.Context, r *AgentRunReconciler, s *scope) error {
+func consumeAnswers(ctx context.Context, r *Reconciler, s *scope) error {
 	seen, err := r.seen(ctx, s)
 	if err != nil {
 		return err

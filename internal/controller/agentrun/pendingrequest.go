@@ -1,4 +1,4 @@
-package controller
+package agentrun
 
 import (
 	"crypto/sha256"
@@ -6,15 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/tools"
 )
@@ -57,7 +55,7 @@ func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1a
 	}
 	preq := &toolnexusv1alpha1.PendingRequest{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: requestName(run.Name, turn, id), Namespace: run.Namespace, Labels: runLabels(run),
+			Name: requestName(run.Name, turn, id), Namespace: run.Namespace, Labels: kube.RunLabels(run.Name),
 		},
 		Spec: toolnexusv1alpha1.PendingRequestSpec{
 			RunRef:   toolnexusv1alpha1.RunReference{Name: run.Name},
@@ -75,14 +73,6 @@ func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1a
 		preq.Spec.Notify = s.DeepCopy().Notify
 	}
 	return preq, nil
-}
-
-// runLabels labels an object with its run's name, when the name fits in a label value.
-func runLabels(run *toolnexusv1alpha1.AgentRun) map[string]string {
-	if len(validation.IsValidLabelValue(run.Name)) > 0 {
-		return nil
-	}
-	return map[string]string{toolnexusv1alpha1.RunLabel: run.Name}
 }
 
 func rawJSON(v map[string]any) (*apiextensionsv1.JSON, error) {
@@ -105,13 +95,4 @@ func answerOf(a *toolnexusv1alpha1.Answer) (tools.Answer, error) {
 		}
 	}
 	return out, nil
-}
-
-// truncate shortens s to at most n bytes, on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	note := "… [truncated " + strconv.Itoa(len(s)) + " bytes]"
-	return clip.Bytes(s, n-len(note)) + note
 }

@@ -1,50 +1,32 @@
-package controller
+package agentrun
 
-// How GitOps tools read the statuses the controller writes. Every status here comes from the real
-// setStatus and setRequestStatus, goes through JSON as it would through the API server, and is
-// then read twice: by kstatus (sigs.k8s.io/cli-utils, what Flux health checks and cli-utils
-// appliers use) and by the Argo CD health scripts of docs/gitops.md, taken from the page at test
-// time and run in gopher-lua the way Argo CD runs them. So neither the doc nor setStatus can drift
-// without a test failing.
+// How GitOps tools read the statuses the AgentRun controller writes. Every status here comes from
+// the real setStatus and setRequestStatus, goes through JSON as it would through the API server,
+// and is then read twice, by kstatus and by the Argo CD health scripts of docs/gitops.md
+// (internal/testenv/gitopshealth).
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"os"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	lua "github.com/yuin/gopher-lua"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
-	"sigs.k8s.io/yaml"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/runstore"
+	"github.com/toolnexus/operator/internal/testenv/gitopshealth"
 	"github.com/toolnexus/operator/internal/tools"
 )
-
-// health is what one reader makes of an object: a kstatus status or an Argo CD health status,
-// with its message.
-type health struct {
-	Status, Message string
-}
 
 // runSituation is a run at one point of its life, as the reconcile that writes its status sees it.
 type runSituation struct {
 	name     string
 	rec      func() runstore.Record
 	progress progress
-	kstatus  health
-	argo     health
+	kstatus  gitopshealth.Health
+	argo     gitopshealth.Health
 }
 
 const (
@@ -70,8 +52,8 @@ func failedRun(name string, st *loop.State, head *toolnexusv1alpha1.AgentRunReco
 			st.End(reason, message)
 			return runstore.Record{State: st, Head: head}
 		},
-		kstatus: health{string(status.FailedStatus), message},
-		argo:    health{"Degraded", "Failed (" + reason + "): " + message},
+		kstatus: gitopshealth.Health{Status: string(status.FailedStatus), Message: message},
+		argo:    gitopshealth.Health{Status: "Degraded", Message: "Failed (" + reason + "): " + message},
 	}
 }
 
@@ -86,8 +68,10 @@ func runSituations() []runSituation {
 		invalidMsg  = "approvals[0].when: undeclared reference to 'args'"
 		maxTurnsMsg = "The run used all its model turns without a final answer"
 	)
-	inProgress := func(msg string) health { return health{string(status.InProgressStatus), msg} }
-	progressing := func(msg string) health { return health{"Progressing", msg} }
+	inProgress := func(msg string) gitopshealth.Health {
+		return gitopshealth.Health{Status: string(status.InProgressStatus), Message: msg}
+	}
+	progressing := func(msg string) gitopshealth.Health { return gitopshealth.Health{Status: "Progressing", Message: msg} }
 	return []runSituation{{
 		name:    "not started",
 		rec:     func() runstore.Record { return runstore.Record{State: loop.NewState("buy a gpu")} },
@@ -126,28 +110,28 @@ func runSituations() []runSituation {
 		name:    "suspended with an open request",
 		rec:     func() runstore.Record { return runstore.Record{State: suspendedOnApproval(), Head: savedHead} },
 		kstatus: inProgress("The run waits for an answer to its PendingRequests"),
-		argo:    health{"Suspended", "Waiting on 1 PendingRequest(s): " + healthRequest + " (approval): " + healthPrompt},
+		argo:    gitopshealth.Health{Status: "Suspended", Message: "Waiting on 1 PendingRequest(s): " + healthRequest + " (approval): " + healthPrompt},
 	}, {
 		name: "done",
 		rec: func() runstore.Record {
 			return runstore.Record{State: &loop.State{Turn: 2, Status: loop.StatusDone, Text: "Bought one GPU."}, Head: savedHead}
 		},
-		kstatus: health{string(status.CurrentStatus), "Resource is current"},
-		argo:    health{"Healthy", "Bought one GPU."},
+		kstatus: gitopshealth.Health{Status: string(status.CurrentStatus), Message: "Resource is current"},
+		argo:    gitopshealth.Health{Status: "Healthy", Message: "Bought one GPU."},
 	}, {
 		name: "done without text",
 		rec: func() runstore.Record {
 			return runstore.Record{State: &loop.State{Turn: 2, Status: loop.StatusDone}, Head: savedHead}
 		},
-		kstatus: health{string(status.CurrentStatus), "Resource is current"},
-		argo:    health{"Healthy", "Succeeded"},
+		kstatus: gitopshealth.Health{Status: string(status.CurrentStatus), Message: "Resource is current"},
+		argo:    gitopshealth.Health{Status: "Healthy", Message: "Succeeded"},
 	}, {
 		name: "incomplete after maxTurns",
 		rec: func() runstore.Record {
 			return runstore.Record{State: &loop.State{Turn: 10, Status: loop.StatusIncomplete, Limit: loop.LimitMaxTurns}, Head: savedHead}
 		},
-		kstatus: health{string(status.FailedStatus), maxTurnsMsg},
-		argo:    health{"Degraded", "Incomplete (MaxTurns): " + maxTurnsMsg},
+		kstatus: gitopshealth.Health{Status: string(status.FailedStatus), Message: maxTurnsMsg},
+		argo:    gitopshealth.Health{Status: "Degraded", Message: "Incomplete (MaxTurns): " + maxTurnsMsg},
 	},
 		failedRun("failed with ModelError", &loop.State{Turn: 1}, savedHead, toolnexusv1alpha1.ReasonModelError, modelErrMsg),
 		failedRun("failed with RequestExpired", suspendedOnApproval(), savedHead, toolnexusv1alpha1.ReasonRequestExpired, expiredMsg),
@@ -186,7 +170,7 @@ func writeStatus(run *toolnexusv1alpha1.AgentRun, s runSituation, now time.Time)
 // TestHealthOfAgentRun reads each situation's status, written by setStatus on a new run, through
 // kstatus and the Argo CD script of docs/gitops.md.
 func TestHealthOfAgentRun(t *testing.T) {
-	script := argoHealthScript(t, "AgentRun")
+	script := gitopshealth.ArgoScript(t, "AgentRun")
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	for _, s := range runSituations() {
 		t.Run(s.name, func(t *testing.T) {
@@ -201,7 +185,7 @@ func TestHealthOfAgentRun(t *testing.T) {
 // of earlier situations must be cleared (a Reconciling left True would keep a finished run
 // InProgress, a Suspended phase would outlive its answer).
 func TestHealthOverARunsLife(t *testing.T) {
-	script := argoHealthScript(t, "AgentRun")
+	script := gitopshealth.ArgoScript(t, "AgentRun")
 	lives := map[string][]string{
 		"succeeds": {"not started", "waiting for a Secret", "running", "model retrying", "suspended, request not yet announced",
 			"suspended with an open request", "running", "done"},
@@ -225,14 +209,14 @@ func TestHealthOverARunsLife(t *testing.T) {
 // TestHealthOfUnobservedSpec: spec.cancel set on a run whose status still describes the previous
 // generation reads as in progress until the controller has seen it.
 func TestHealthOfUnobservedSpec(t *testing.T) {
-	script := argoHealthScript(t, "AgentRun")
+	script := gitopshealth.ArgoScript(t, "AgentRun")
 	done := situation(t, "done")
 	run := newHealthRun()
 	writeStatus(run, done, time.Unix(100, 0))
 	run.Spec.Cancel, run.Generation = true, 2
 	checkRunHealth(t, script, run,
-		health{string(status.InProgressStatus), "AgentRun generation is 2, but latest observed generation is 1"},
-		health{"Progressing", "The controller has not yet seen the latest spec"})
+		gitopshealth.Health{Status: string(status.InProgressStatus), Message: "AgentRun generation is 2, but latest observed generation is 1"},
+		gitopshealth.Health{Status: "Progressing", Message: "The controller has not yet seen the latest spec"})
 	// A finished run stays as it ended: cancelling it afterwards changes nothing but the generation.
 	writeStatus(run, done, time.Unix(200, 0))
 	checkRunHealth(t, script, run, done.kstatus, done.argo)
@@ -259,7 +243,7 @@ func TestKstatusNeedsReconcilingAndStalled(t *testing.T) {
 			t.Errorf("%s: setStatus wrote neither Reconciling nor Stalled", name)
 		}
 		run.Status.Conditions = kept
-		if got := kstatusOf(t, asServed(t, run)); got.Status != string(status.CurrentStatus) {
+		if got := gitopshealth.Kstatus(t, gitopshealth.AsServed(t, run)); got.Status != string(status.CurrentStatus) {
 			t.Errorf("%s without Reconciling and Stalled: kstatus = %s, want %s", name, got.Status, status.CurrentStatus)
 		}
 	}
@@ -268,27 +252,27 @@ func TestKstatusNeedsReconcilingAndStalled(t *testing.T) {
 // TestHealthOfPendingRequest runs the PendingRequest script of docs/gitops.md over statuses the
 // real setRequestStatus writes.
 func TestHealthOfPendingRequest(t *testing.T) {
-	script := argoHealthScript(t, "PendingRequest")
-	waiting := health{"Suspended", "Waiting for an answer: " + healthPrompt}
+	script := gitopshealth.ArgoScript(t, "PendingRequest")
+	waiting := gitopshealth.Health{Status: "Suspended", Message: "Waiting for an answer: " + healthPrompt}
 	cases := []struct {
 		name       string
 		answer     *toolnexusv1alpha1.Answer
 		answeredBy string
 		open       bool
 		noStatus   bool
-		want       health
+		want       gitopshealth.Health
 	}{
 		{name: "just created, no status yet", noStatus: true, want: waiting},
 		{name: "waiting", open: true, want: waiting},
 		{name: "approved, not yet consumed", answer: &toolnexusv1alpha1.Answer{OK: true}, answeredBy: "alice", open: true,
-			want: health{"Healthy", "Answered by alice"}},
+			want: gitopshealth.Health{Status: "Healthy", Message: "Answered by alice"}},
 		{name: "approved and consumed", answer: &toolnexusv1alpha1.Answer{OK: true}, answeredBy: "alice",
-			want: health{"Healthy", "Answered by alice"}},
+			want: gitopshealth.Health{Status: "Healthy", Message: "Answered by alice"}},
 		{name: "declined", answer: &toolnexusv1alpha1.Answer{OK: false, Reason: "over budget"}, answeredBy: "bob",
-			want: health{"Healthy", "Answered by bob"}},
+			want: gitopshealth.Health{Status: "Healthy", Message: "Answered by bob"}},
 		{name: "expired", answer: &toolnexusv1alpha1.Answer{OK: false, Reason: tools.ReasonExpired}, answeredBy: toolnexusv1alpha1.ExpiredAnswerer,
-			want: health{"Degraded", "Expired without an answer"}},
-		{name: "cancelled with its run", want: health{"Healthy", "Cancelled with its run"}},
+			want: gitopshealth.Health{Status: "Degraded", Message: "Expired without an answer"}},
+		{name: "cancelled with its run", want: gitopshealth.Health{Status: "Healthy", Message: "Cancelled with its run"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -309,194 +293,20 @@ func TestHealthOfPendingRequest(t *testing.T) {
 				}
 				setRequestStatus(preq, fate, time.Unix(100, 0))
 			}
-			if diff := cmp.Diff(tc.want, runArgoHealth(t, script, asServed(t, preq))); diff != "" {
+			if diff := cmp.Diff(tc.want, gitopshealth.RunArgo(t, script, gitopshealth.AsServed(t, preq))); diff != "" {
 				t.Errorf("Argo CD health (-want +got):\n%s\nphase: %s", diff, preq.Status.Phase)
 			}
 		})
 	}
 }
 
-func checkRunHealth(t *testing.T, script string, run *toolnexusv1alpha1.AgentRun, wantKstatus, wantArgo health) {
+func checkRunHealth(t *testing.T, script string, run *toolnexusv1alpha1.AgentRun, wantKstatus, wantArgo gitopshealth.Health) {
 	t.Helper()
-	u := asServed(t, run)
-	if diff := cmp.Diff(wantKstatus, kstatusOf(t, u)); diff != "" {
+	u := gitopshealth.AsServed(t, run)
+	if diff := cmp.Diff(wantKstatus, gitopshealth.Kstatus(t, u)); diff != "" {
 		t.Errorf("kstatus (-want +got):\n%s\nconditions: %+v", diff, run.Status.Conditions)
 	}
-	if diff := cmp.Diff(wantArgo, runArgoHealth(t, script, u)); diff != "" {
+	if diff := cmp.Diff(wantArgo, gitopshealth.RunArgo(t, script, u)); diff != "" {
 		t.Errorf("Argo CD health (-want +got):\n%s\nphase: %s", diff, run.Status.Phase)
-	}
-}
-
-// asServed is obj as a client reading it from the API server gets it: its JSON, decoded.
-func asServed(t *testing.T, obj any) *unstructured.Unstructured {
-	t.Helper()
-	data, err := json.Marshal(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(data); err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
-func kstatusOf(t *testing.T, u *unstructured.Unstructured) health {
-	t.Helper()
-	res, err := status.Compute(u)
-	if err != nil {
-		t.Fatalf("kstatus: %v", err)
-	}
-	return health{string(res.Status), res.Message}
-}
-
-// argoHealthScript is the health script for kind in the argocd-cm ConfigMap that docs/gitops.md
-// tells users to apply.
-func argoHealthScript(t *testing.T, kind string) string {
-	t.Helper()
-	const page = "../../docs/gitops.md"
-	doc, err := os.ReadFile(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := "resource.customizations.health." + toolnexusv1alpha1.GroupVersion.Group + "_" + kind
-	blocks := regexp.MustCompile("(?ms)^```yaml\n(.*?)^```").FindAllSubmatch(doc, -1)
-	for _, b := range blocks {
-		if !strings.Contains(string(b[1]), "name: argocd-cm") {
-			continue
-		}
-		var cm corev1.ConfigMap
-		if err := yaml.UnmarshalStrict(b[1], &cm); err != nil {
-			t.Fatalf("%s: the argocd-cm block is not a valid ConfigMap: %v", page, err)
-		}
-		script, ok := cm.Data[key]
-		if !ok || strings.TrimSpace(script) == "" {
-			t.Fatalf("%s: the argocd-cm ConfigMap has no %s", page, key)
-		}
-		return script
-	}
-	t.Fatalf("%s: no ```yaml block with the argocd-cm ConfigMap (%d yaml blocks)", page, len(blocks))
-	return ""
-}
-
-// runArgoHealth runs a health script as Argo CD does (util/lua in argoproj/argo-cd): a gopher-lua
-// state with only the package, base and table libraries (Argo CD adds a reduced os, which these
-// scripts do not use), a one-second deadline, the object as the global obj, and a returned table
-// whose status must be one of Argo CD's health codes.
-func runArgoHealth(t *testing.T, script string, u *unstructured.Unstructured) health {
-	t.Helper()
-	l := lua.NewState(lua.Options{SkipOpenLibs: true})
-	defer l.Close()
-	for _, lib := range []struct {
-		name string
-		open lua.LGFunction
-	}{{lua.LoadLibName, lua.OpenPackage}, {lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable}} {
-		if err := l.CallByParam(lua.P{Fn: l.NewFunction(lib.open), Protect: true}, lua.LString(lib.name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	defer cancel()
-	l.SetContext(ctx)
-	l.SetGlobal("obj", luaValue(t, l, u.Object))
-	if err := l.DoString(script); err != nil {
-		t.Fatalf("health script failed: %v", err)
-	}
-	ret, ok := l.Get(-1).(*lua.LTable)
-	if !ok {
-		t.Fatalf("health script returned %s, Argo CD expects a table", l.Get(-1).Type())
-	}
-	var got health
-	for field, into := range map[string]*string{"status": &got.Status, "message": &got.Message} {
-		v := ret.RawGetString(field)
-		s, ok := v.(lua.LString)
-		if !ok && v != lua.LNil {
-			t.Fatalf("health script returned %s = %s (a %s), Argo CD expects a string", field, v, v.Type())
-		}
-		*into = string(s)
-	}
-	switch got.Status {
-	case "Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown":
-	default:
-		t.Fatalf("health script returned status %q; Argo CD shows Unknown (invalid health status)", got.Status)
-	}
-	return got
-}
-
-// luaValue converts decoded JSON to Lua values as Argo CD's decodeValue does: objects and arrays
-// become tables (arrays indexed from 1), numbers LNumber, null nil.
-func luaValue(t *testing.T, l *lua.LState, v any) lua.LValue {
-	t.Helper()
-	switch v := v.(type) {
-	case nil:
-		return lua.LNil
-	case bool:
-		return lua.LBool(v)
-	case string:
-		return lua.LString(v)
-	case int64:
-		return lua.LNumber(v)
-	case float64:
-		return lua.LNumber(v)
-	case []any:
-		arr := l.CreateTable(len(v), 0)
-		for _, item := range v {
-			arr.Append(luaValue(t, l, item))
-		}
-		return arr
-	case map[string]any:
-		tbl := l.CreateTable(0, len(v))
-		for k, item := range v {
-			tbl.RawSetH(lua.LString(k), luaValue(t, l, item))
-		}
-		return tbl
-	}
-	t.Fatalf("no Lua value for %T", v)
-	return lua.LNil
-}
-
-// An Agent in Git reads as Healthy when it can run and Degraded, with the reason, when it cannot,
-// to kstatus and to Argo CD alike; a spec the controller has not checked yet is in progress.
-func TestHealthOfAgent(t *testing.T) {
-	script := argoHealthScript(t, "Agent")
-	valid := toolnexusv1alpha1.AgentSpec{Model: toolnexusv1alpha1.ModelSpec{Name: "gpt-4o-mini", BaseURL: "http://127.0.0.1:1/v1"}}
-	invalid := *valid.DeepCopy()
-	invalid.Approvals = []toolnexusv1alpha1.ApprovalGate{{Tools: []string{"buy"}, When: "args.amount >"}}
-	cases := []struct {
-		name       string
-		spec       toolnexusv1alpha1.AgentSpec
-		edited     bool
-		kstatus    status.Status
-		argo       string
-		argoReason string
-	}{
-		{name: "valid", spec: valid, kstatus: status.CurrentStatus, argo: "Healthy", argoReason: toolnexusv1alpha1.ReasonValid},
-		{name: "invalid", spec: invalid, kstatus: status.FailedStatus, argo: "Degraded", argoReason: toolnexusv1alpha1.ReasonInvalidApproval},
-		{name: "edited, not checked yet", spec: valid, edited: true, kstatus: status.InProgressStatus, argo: "Progressing"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			agent := &toolnexusv1alpha1.Agent{TypeMeta: metav1.TypeMeta{APIVersion: toolnexusv1alpha1.GroupVersion.String(), Kind: "Agent"},
-				ObjectMeta: metav1.ObjectMeta{Name: "buyer", Namespace: "team", Generation: 1}, Spec: tc.spec}
-			var invalid *runspec.Error
-			if _, err := runspec.Build(&agent.Spec, runspec.Env{}); err != nil && !errors.As(err, &invalid) {
-				t.Fatal(err)
-			}
-			setAgentReady(agent, invalid, time.Unix(100, 0))
-			if tc.edited {
-				agent.Generation++
-			}
-			u := asServed(t, agent)
-			if got := kstatusOf(t, u); got.Status != string(tc.kstatus) {
-				t.Errorf("kstatus %+v, want %s", got, tc.kstatus)
-			}
-			got := runArgoHealth(t, script, u)
-			if got.Status != tc.argo {
-				t.Errorf("Argo CD health %+v, want %s", got, tc.argo)
-			}
-			if tc.argoReason != "" && !strings.HasPrefix(got.Message, tc.argoReason+": ") {
-				t.Errorf("Argo CD message %q, want it to start with the Ready condition's reason %s", got.Message, tc.argoReason)
-			}
-		})
 	}
 }

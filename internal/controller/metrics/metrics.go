@@ -1,4 +1,6 @@
-package controller
+// Package metrics holds the operator's Prometheus metrics, toolnexus names where toolnexus has one,
+// shared by the AgentRun controller, the notifier and the executor.
+package metrics
 
 import (
 	"context"
@@ -19,22 +21,27 @@ var buckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // Metrics are the manager's Prometheus metrics, with toolnexus names where toolnexus has one.
 type Metrics struct {
-	llmRequests    *prometheus.CounterVec
-	llmTokens      *prometheus.CounterVec
-	llmDuration    *prometheus.HistogramVec
-	toolCalls      *prometheus.CounterVec
-	toolDuration   *prometheus.HistogramVec
-	runErrors      *prometheus.CounterVec
-	suspensionWait *prometheus.HistogramVec
+	llmRequests  *prometheus.CounterVec
+	llmTokens    *prometheus.CounterVec
+	llmDuration  *prometheus.HistogramVec
+	toolCalls    *prometheus.CounterVec
+	toolDuration *prometheus.HistogramVec
+	// RunErrors counts runs that failed, by reason (toolnexus_run_errors_total).
+	RunErrors *prometheus.CounterVec
+	// SuspensionWait observes how long requests waited, by kind and outcome
+	// (toolnexus_suspension_wait_seconds).
+	SuspensionWait *prometheus.HistogramVec
 	inflight       *prometheus.GaugeVec
 	queued         *prometheus.GaugeVec
 	queueWait      prometheus.Histogram
-	notifications  *prometheus.CounterVec
+	// Notifications counts notification attempts, by format, event and outcome
+	// (toolnexus_notifications_total).
+	Notifications *prometheus.CounterVec
 }
 
-// NewMetrics registers the metrics with reg. Open PendingRequests are counted from reader (the
+// New registers the metrics with reg. Open PendingRequests are counted from reader (the
 // manager's cache) at scrape time, so the gauge can never drift from the cluster.
-func NewMetrics(reg prometheus.Registerer, reader client.Reader) *Metrics {
+func New(reg prometheus.Registerer, reader client.Reader) *Metrics {
 	m := &Metrics{
 		llmRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolnexus_llm_requests_total", Help: "Total LLM requests."}, []string{"model", "status"}),
@@ -48,9 +55,9 @@ func NewMetrics(reg prometheus.Registerer, reader client.Reader) *Metrics {
 		toolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "toolnexus_tool_duration_seconds", Help: "Tool execution duration in seconds.", Buckets: buckets},
 			[]string{"tool", "source"}),
-		runErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		RunErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolnexus_run_errors_total", Help: "Total run errors."}, []string{"reason"}),
-		suspensionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		SuspensionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "toolnexus_suspension_wait_seconds", Help: "Time from a PendingRequest's creation to its answer, in seconds.",
 			Buckets: []float64{1, 10, 60, 300, 1800, 3600, 14400, 86400, 604800}}, []string{"kind", "outcome"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -60,19 +67,19 @@ func NewMetrics(reg prometheus.Registerer, reader client.Reader) *Metrics {
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "toolnexus_step_queue_wait_seconds", Help: "Time a step waited for a slot before it started, in seconds.",
 			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300}}),
-		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolnexus_notifications_total", Help: "Attempts to deliver PendingRequest notifications, by sink format, event and outcome (delivered, retried, failed)."},
 			[]string{"format", "event", "outcome"}),
 	}
-	reg.MustRegister(m.llmRequests, m.llmTokens, m.llmDuration, m.toolCalls, m.toolDuration, m.runErrors,
-		m.suspensionWait, m.inflight, m.queued, m.queueWait, &pendingCollector{reader: reader})
-	reg.MustRegister(m.notifications)
+	reg.MustRegister(m.llmRequests, m.llmTokens, m.llmDuration, m.toolCalls, m.toolDuration, m.RunErrors,
+		m.SuspensionWait, m.inflight, m.queued, m.queueWait, &pendingCollector{reader: reader})
+	reg.MustRegister(m.Notifications)
 	return m
 }
 
-// executorObserver feeds the executor's figures into the metrics. A namespace's series go away
+// ExecutorObserver feeds the executor's figures into the metrics. A namespace's series go away
 // when it has nothing in flight or waiting.
-func (m *Metrics) executorObserver() executor.Observer {
+func (m *Metrics) ExecutorObserver() executor.Observer {
 	gauge := func(g *prometheus.GaugeVec) func(string, int) {
 		return func(ns string, n int) {
 			if n == 0 {
@@ -89,8 +96,8 @@ func (m *Metrics) executorObserver() executor.Observer {
 	}
 }
 
-// observe records one loop event.
-func (m *Metrics) observe(ev loop.Event) {
+// Observe records one loop event.
+func (m *Metrics) Observe(ev loop.Event) {
 	switch ev.Kind {
 	case loop.EventLLM:
 		status := strconv.Itoa(ev.StatusCode)

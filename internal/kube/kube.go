@@ -1,0 +1,77 @@
+// Package kube holds the few Kubernetes helpers every reconciler of the operator shares: the status
+// patch, conditions stamped with the reconciler's clock, Secret reads, requeues and wake-ups.
+package kube
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+)
+
+// Conditioned is an object whose status carries conditions.
+type Conditioned interface {
+	client.Object
+	StatusConditions() *[]metav1.Condition
+}
+
+// SetCondition sets a condition of obj, stamped with the generation the status describes; the
+// transition time, now (the reconciler's clock), changes only when the status does.
+func SetCondition(obj Conditioned, now time.Time, t string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(obj.StatusConditions(), metav1.Condition{Type: t, Status: status, Reason: reason,
+		Message: message, ObservedGeneration: obj.GetGeneration(), LastTransitionTime: metav1.NewTime(now)})
+}
+
+// PatchStatus writes what changed in obj's status since before, as a merge patch of the status
+// subresource; when nothing changed it writes nothing and reports false.
+func PatchStatus(ctx context.Context, c client.Client, obj, before client.Object) (bool, error) {
+	patch := client.MergeFrom(before)
+	data, err := patch.Data(obj)
+	if err != nil {
+		return false, fmt.Errorf("computing the status patch of %s: %w", obj.GetName(), err)
+	}
+	if string(data) == "{}" {
+		return false, nil
+	}
+	return true, c.Status().Patch(ctx, obj, patch)
+}
+
+// nextStep is the requeue delay of an object whose wake-up time has already come.
+const nextStep = time.Millisecond
+
+// RequeueAt is the result that looks at the object again at t; none for the zero time.
+func RequeueAt(t, now time.Time) ctrl.Result {
+	if t.IsZero() {
+		return ctrl.Result{}
+	}
+	wait := t.Sub(now)
+	if wait <= 0 {
+		wait = nextStep
+	}
+	return ctrl.Result{RequeueAfter: wait}
+}
+
+// Wake sends obj's reconcile request into ch, a controller's channel source; it never blocks the
+// job that calls it for longer than ctx lives.
+func Wake(ctx context.Context, ch chan<- event.GenericEvent, obj client.Object) {
+	select {
+	case ch <- event.GenericEvent{Object: obj}:
+	case <-ctx.Done():
+	}
+}
+
+// RunLabels labels an object with its run's name, when the name fits in a label value.
+func RunLabels(run string) map[string]string {
+	if len(validation.IsValidLabelValue(run)) > 0 {
+		return nil
+	}
+	return map[string]string{toolnexusv1alpha1.RunLabel: run}
+}
