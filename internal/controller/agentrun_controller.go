@@ -91,6 +91,8 @@ type AgentRunReconciler struct {
 	// MaxInflight bounds the steps (model requests and tool calls) in flight at once, and
 	// MaxInflightPerNamespace those of one namespace; 0 means the executor's defaults.
 	MaxInflight, MaxInflightPerNamespace int
+	// MaxInflightBytes bounds the memory the steps in flight hold; 0 means the executor's default.
+	MaxInflightBytes int64
 	// Tracing writes each run's trace; nil writes none.
 	Tracing *telemetry.Tracing
 
@@ -444,7 +446,8 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.steps = newSteps()
 	if r.Executor == nil {
-		r.Executor = executor.New(r.MaxInflight, r.MaxInflightPerNamespace, r.Metrics.executorObserver())
+		r.Executor = executor.New(executor.Limits{MaxInflight: r.MaxInflight, PerShare: r.MaxInflightPerNamespace,
+			MemoryBytes: r.MaxInflightBytes}, r.Metrics.executorObserver())
 		if err := mgr.Add(r.Executor); err != nil {
 			return err
 		}

@@ -160,7 +160,7 @@ func newDecisionEnv(t *testing.T, objs ...client.Object) *decisionEnv {
 		}).Build()
 	e.r = &AgentRunReconciler{Client: e.c, APIReader: e.c, Scheme: scheme, Recorder: e.recorder,
 		Clock: clocktesting.NewFakePassiveClock(decisionNow), Metrics: NewMetrics(prometheus.NewRegistry(), e.c), steps: newSteps(),
-		Executor: executor.New(0, 0, executor.Observer{})}
+		Executor: executor.New(executor.Limits{}, executor.Observer{})}
 	return e
 }
 

@@ -36,6 +36,8 @@ type Options struct {
 	RequireSecretLabel bool
 	// MaxInflight and MaxInflightPerNamespace bound the steps in flight, in total and per namespace.
 	MaxInflight, MaxInflightPerNamespace int
+	// MaxInflightBytes bounds the memory the steps in flight hold.
+	MaxInflightBytes int64
 	// NotifyPolicy bounds the attempts of a notification's delivery.
 	NotifyPolicy notify.Policy
 }
@@ -61,6 +63,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		RequireSecretLabel:      o.RequireSecretLabel,
 		MaxInflight:             o.MaxInflight,
 		MaxInflightPerNamespace: o.MaxInflightPerNamespace,
+		MaxInflightBytes:        o.MaxInflightBytes,
 		HTTPClient:              o.HTTPClient,
 		Tracing:                 o.Tracing,
 	}
