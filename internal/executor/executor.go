@@ -81,8 +81,9 @@ type entry struct {
 	held, charged int64
 	// waits counts the job's charges that wait (its tool calls run in parallel).
 	waits int
-	// ended is set once the job released what it held: a late Charge counts for nothing.
-	ended bool
+	// ended is set once the job's Run returned: a late Charge counts for nothing. kept says its
+	// memory outlives it until Keep's release.
+	ended, kept bool
 }
 
 // waiter is a charge that waits for memory; granted is closed once it is made.
@@ -299,8 +300,8 @@ func (e *Executor) start(en *entry) {
 	}()
 }
 
-// release frees the slot, the memory and the key of a job whose Run returned, and starts what
-// waited for them.
+// release frees the slot, the memory (unless kept) and the key of a job whose Run returned, and
+// starts what waited for them.
 func (e *Executor) release(en *entry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -317,15 +318,14 @@ func (e *Executor) release(en *entry) {
 			close(e.unwait(i).granted)
 		}
 	}
-	if en.charged > 0 {
-		e.holders--
-	}
 	en.ended = true
-	e.addBytes(-en.held)
 	delete(e.byKey, en.job.Key)
 	e.report(share)
-	e.grantWaiting()
-	e.dispatch()
+	if en.kept {
+		e.dispatch() // the slot is free, the memory is not yet
+		return
+	}
+	e.freeMemory(en)
 }
 
 func (e *Executor) addBytes(n int64) {
@@ -370,6 +370,49 @@ func Charge(ctx context.Context, n int64) error {
 		return nil
 	}
 	return ref.e.charge(ctx, ref.en, n)
+}
+
+// Keep makes the memory held by the job whose context ctx is outlive the job: it is given back
+// when release is called (once; later calls do nothing), not when Run returns, for a host that
+// hands the job's result to a worker of its own which holds it until then (the reconcile that
+// applies a step's outcome and saves it). Until then it counts as memory that no running job will
+// free: jobs waiting for memory wait for it. So release must not wait for the executor. Outside a
+// job, release does nothing.
+func Keep(ctx context.Context) (release func()) {
+	ref, ok := ctx.Value(jobKey{}).(*jobRef)
+	if !ok {
+		return func() {}
+	}
+	e, en := ref.e, ref.en
+	e.mu.Lock()
+	en.kept = !en.ended
+	e.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { e.giveBack(en) }) }
+}
+
+// giveBack frees what a kept job held, once it has ended.
+func (e *Executor) giveBack(en *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !en.kept {
+		return
+	}
+	en.kept = false
+	if en.ended {
+		e.freeMemory(en)
+	}
+}
+
+// freeMemory gives back what en holds and makes what waited for it. Called with mu held.
+func (e *Executor) freeMemory(en *entry) {
+	if en.charged > 0 {
+		e.holders--
+	}
+	e.addBytes(-en.held)
+	en.held, en.charged = 0, 0
+	e.grantWaiting()
+	e.dispatch()
 }
 
 func (e *Executor) charge(ctx context.Context, en *entry, n int64) error {

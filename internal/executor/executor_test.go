@@ -444,3 +444,39 @@ func TestChargeReserveAndCancel(t *testing.T) {
 		t.Fatalf("got %s, want a/2's waiting charge to end with its context", got)
 	}
 }
+
+// Memory a job keeps outlives it: jobs wait for it until it is released, not when the job ends.
+func TestKeptMemoryOutlivesTheJob(t *testing.T) {
+	var seen bytesSeen
+	e := New(Limits{MaxInflight: 8, PerShare: 8, MemoryBytes: 1000}, seen.observer())
+	start(t, e)
+	released := make(chan func(), 1)
+	e.Submit(Job{Key: "a/0", Share: "a", Bytes: 100, Run: func(ctx context.Context) {
+		_ = Charge(ctx, 500)
+		released <- Keep(ctx)
+	}})
+	release := <-released
+	waitFor(t, "a/0 to end", func() bool { return !e.Busy("a/0") })
+	if now, _ := seen.get(); now != 600 {
+		t.Fatalf("%d bytes held after a/0 ended, want the 600 it kept", now)
+	}
+	granted := make(chan string, 4)
+	a1 := newCharger(e, "a/1", "a", []int64{500}, granted) // 1100: waits for the kept memory
+	a1.step()
+	quiet(t, granted)
+	release()
+	release() // twice is once
+	if got := next(t, granted); got != "a/1:0" {
+		t.Fatalf("granted %s, want a/1:0 once the kept memory was released", got)
+	}
+	if now, _ := seen.get(); now != 500 {
+		t.Errorf("%d bytes held, want a/1's 500", now)
+	}
+	close(a1.release)
+	waitFor(t, "a/1's memory to be freed", func() bool { now, _ := seen.get(); return now == 0 })
+	if release := Keep(context.Background()); release == nil {
+		t.Error("Keep outside a job returned no release")
+	} else {
+		release()
+	}
+}

@@ -32,8 +32,8 @@ func byteSize(n int64) string {
 // limitTransport makes every response body fail once it has yielded limit bytes. The bound counts
 // what the caller reads, after the transport's own gzip decoding, so it also bounds a
 // decompression bomb. A body read by an executor job is charged to the job's memory before it is
-// read (executor.Charge), so that a response waits for memory, not the manager for the kernel's
-// OOM killer.
+// read (executor.Charge), the length a response announces before the response is handed over, so
+// that a response waits for memory, not the manager for the kernel's OOM killer.
 type limitTransport struct {
 	base  http.RoundTripper
 	limit int64
@@ -44,8 +44,17 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		return resp, err // an upgraded connection's body is a two-way stream, not a response
 	}
-	resp.Body = &limitedBody{body: resp.Body, remaining: t.limit, ctx: req.Context(),
+	body := &limitedBody{body: resp.Body, remaining: t.limit, ctx: req.Context(),
 		tooLarge: &ResponseTooLargeError{Origin: Origin(req.URL), Limit: t.limit}}
+	// A reader may allocate what a response announces before it reads a byte: charge it first.
+	if n := min(resp.ContentLength, t.limit+1); n > 0 {
+		if err := executor.Charge(req.Context(), heldPerByte*n); err != nil {
+			resp.Body.Close()
+			return nil, err
+		}
+		body.credit = n
+	}
+	resp.Body = body
 	return resp, nil
 }
 

@@ -91,12 +91,22 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// A body read by an executor job is charged to the job's memory before it is read: when the budget
-// is spent the read waits, and it goes on once memory frees.
+// A body read by an executor job is charged to the job's memory before it is read (the length a
+// response announces, before the response is handed over): when the budget is spent the read
+// waits, and it goes on once memory frees.
 func TestBodyReadWaitsForMemory(t *testing.T) {
+	for _, announced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("length announced %v", announced), func(t *testing.T) { testBodyReadWaits(t, announced) })
+	}
+}
+
+func testBodyReadWaits(t *testing.T, announced bool) {
 	const body = 256 << 10
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		if announced {
+			w.Header().Set("Content-Length", fmt.Sprint(body))
+		}
 		_, _ = io.Copy(w, io.LimitReader(zeros{}, body))
 	})
 	base, _ := netguardtest.Serve(t, "127.0.0.1:0", mux)
