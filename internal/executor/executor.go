@@ -357,7 +357,8 @@ type jobRef struct {
 }
 
 // Charge counts n more bytes against the job whose context ctx is (or derives from) until the
-// job ends: what it has read and will hold, a response body as it arrives. It waits while the
+// job ends (or, kept, until Keep's release): what it has read and will hold, a response body as
+// it arrives. It waits while the
 // memory budget is spent, and returns ctx's error if ctx ends first. Outside a job it does
 // nothing.
 //
