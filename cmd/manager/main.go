@@ -7,8 +7,11 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,7 +44,7 @@ func main() {
 		maxInflight, maxInflightPerNS     int
 		requireSecretLabel, traceContent  bool
 		denyCIDRs, allowCIDRs             string
-		maxResponseMiB                    int64
+		maxResponseMiB, maxInflightMiB    int64
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized by the API server.")
@@ -52,6 +55,8 @@ func main() {
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 8, "How many runs are reconciled at once (decisions and API writes; model and tool I/O runs apart, see --max-inflight).")
 	flag.IntVar(&maxInflight, "max-inflight", executor.DefaultMaxInflight, "How many steps (a model request, a turn's tool calls) may be in flight at once, in total.")
 	flag.IntVar(&maxInflightPerNS, "max-inflight-per-namespace", executor.DefaultPerShare, "How many steps of one namespace may be in flight at once; waiting steps are served round robin across namespaces.")
+	flag.Int64Var(&maxInflightMiB, "max-inflight-memory", 0, "How many MiB the steps in flight may hold in total (their copies of the runs' state, the requests they send, the responses they read); steps wait for memory as they wait for a slot. 0 derives it: "+
+		fmt.Sprintf("%.0f%% of GOMEMLIMIT or of the container's memory limit, whichever is smaller, else %d.", inflightShare*100, executor.DefaultMemoryBytes>>20))
 	flag.IntVar(&maxTranscriptMiB, "max-transcript-size", runstore.DefaultMaxBytes>>20, "How many MiB (compressed) of transcript a run may store; a run that needs more fails with TranscriptTooLarge.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
 	flag.IntVar(&maxTranscriptRawMiB, "max-transcript-decoded-size", runstore.DefaultMaxRawBytes>>20, "How many MiB of transcript, decoded, a run may hold; a run that needs more fails with TranscriptTooLarge.")
@@ -66,6 +71,12 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
+	inflightBytes, from, err := inflightMemory(maxInflightMiB, debug.SetMemoryLimit(-1), readLimit(cgroupV2Limit), readLimit(cgroupV1Limit))
+	if err != nil {
+		log.Error(err, "Invalid memory flags")
+		os.Exit(1)
+	}
+	log.Info("Memory budget of the steps in flight", "MiB", inflightBytes>>20, "from", from)
 	httpClient, err := guardedHTTPClient(denyCIDRs, allowCIDRs, maxResponseMiB, maxInflight)
 	if err != nil {
 		log.Error(err, "Invalid network guard flags")
@@ -122,6 +133,7 @@ func main() {
 		RequireSecretLabel:      requireSecretLabel,
 		MaxInflight:             maxInflight,
 		MaxInflightPerNamespace: maxInflightPerNS,
+		MaxInflightBytes:        inflightBytes,
 	}); err != nil {
 		log.Error(err, "Unable to set up the controllers")
 		os.Exit(1)
@@ -151,12 +163,14 @@ func main() {
 }
 
 // guardedHTTPClient is the client for model, HTTP tool, MCP and notification traffic, built from
-// the network guard flags; it keeps a connection for every step that may be in flight.
+// the network guard flags. It keeps an idle connection for each step that may be in flight, up to
+// netguard's default: a step waiting on the network holds its connection anyway, and idle ones
+// beyond that would hold memory outside the executor's budget for the sake of a dial.
 func guardedHTTPClient(deny, allow string, maxResponseMiB int64, maxInflight int) (*http.Client, error) {
 	if maxResponseMiB < 1 {
 		return nil, fmt.Errorf("--max-response-size must be at least 1 (MiB), got %d", maxResponseMiB)
 	}
-	cfg := netguard.Config{MaxResponseBytes: maxResponseMiB << 20, MaxIdleConns: maxInflight}
+	cfg := netguard.Config{MaxResponseBytes: maxResponseMiB << 20, MaxIdleConns: min(maxInflight, netguard.DefaultMaxIdleConns)}
 	var err error
 	if cfg.Deny, err = netguard.ParseCIDRs(deny); err != nil {
 		return nil, fmt.Errorf("--deny-cidrs: %w", err)
@@ -165,4 +179,56 @@ func guardedHTTPClient(deny, allow string, maxResponseMiB int64, maxInflight int
 		return nil, fmt.Errorf("--allow-cidrs: %w", err)
 	}
 	return cfg.Client(), nil
+}
+
+// The container's memory limit, cgroup v2 and v1.
+const (
+	cgroupV2Limit = "/sys/fs/cgroup/memory.max"
+	cgroupV1Limit = "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+)
+
+// inflightShare is the part of the process's memory limit the steps in flight may hold: the rest
+// is the informers' caches, the reconciles' records and what the Go runtime does not count.
+const inflightShare = 0.4
+
+// readLimit is the content of a cgroup limit file, or "" when there is none.
+func readLimit(path string) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return string(raw)
+}
+
+// inflightMemory is the executor's memory budget and where it came from: flagMiB when set, else
+// inflightShare of the smaller of goMemLimit (math.MaxInt64 when GOMEMLIMIT is unset) and the
+// cgroup limits given as their files' contents ("max", a byte count, or "" when absent), else
+// executor.DefaultMemoryBytes.
+func inflightMemory(flagMiB, goMemLimit int64, cgroupLimits ...string) (int64, string, error) {
+	switch {
+	case flagMiB < 0:
+		return 0, "", fmt.Errorf("--max-inflight-memory must be 0 (derived) or a number of MiB, got %d", flagMiB)
+	case flagMiB > math.MaxInt64>>20:
+		return 0, "", fmt.Errorf("--max-inflight-memory %d MiB is more than a process can address", flagMiB)
+	case flagMiB > 0:
+		return flagMiB << 20, "--max-inflight-memory", nil
+	}
+	limit, from := int64(math.MaxInt64), ""
+	if goMemLimit > 0 && goMemLimit < math.MaxInt64 {
+		limit, from = goMemLimit, "GOMEMLIMIT"
+	}
+	for _, raw := range cgroupLimits {
+		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+		// "max" (v2) and a count near MaxInt64 (v1) mean no limit.
+		if err != nil || n <= 0 || n >= 1<<62 {
+			continue
+		}
+		if n < limit {
+			limit, from = n, "the cgroup memory limit"
+		}
+	}
+	if from == "" {
+		return executor.DefaultMemoryBytes, "the default", nil
+	}
+	return int64(float64(limit) * inflightShare), fmt.Sprintf("%.0f%% of %s (%d MiB)", inflightShare*100, from, limit>>20), nil
 }

@@ -41,9 +41,14 @@ type modelServer struct {
 }
 
 func newModelServer(delay time.Duration) (*modelServer, error) {
+	return newModelServerWith(delay, answerTurn)
+}
+
+// newModelServerWith is a model server whose replies answer computes.
+func newModelServerWith(delay time.Duration, answer looptest.Responder) (*modelServer, error) {
 	m := &modelServer{delay: delay}
 	respond := looptest.Handler(func(r looptest.Request) looptest.Reply {
-		reply := answerTurn(r)
+		reply := answer(r)
 		reply.Delay = delay
 		return reply
 	})

@@ -1,12 +1,13 @@
-// Command bench measures the operator against its targets (project issues 9 and 15): resume
+// Command bench measures the operator against its targets (project issues 9, 15 and 26): resume
 // latency, turn throughput and API writes per turn, the same workload through internal/loop in
-// process as the baseline, the cost of thousands of parked runs; and, with models that take their
+// process as the baseline, the cost of thousands of parked runs; with models that take their
 // time, wall time against the ideal, fairness between namespaces beside slow and hung endpoints,
-// and thousands of active runs. It starts a local control plane (envtest), builds and runs the
+// and thousands of active runs; and the hostile mix (huge replies, hung endpoints across
+// namespaces, a Secret's annotation flood) against the manager's memory limit. It starts a local control plane (envtest), builds and runs the
 // manager as a subprocess, drives it with model and tool servers on loopback, and prints a table;
 // with -doc it also writes the figures into docs/benchmarks.md.
 //
-//	go run ./hack/bench -scenarios=resume,throughput,parked,slow,fairness,scale
+//	go run ./hack/bench -scenarios=resume,throughput,parked,slow,fairness,scale,hostile
 package main
 
 import (
@@ -66,6 +67,16 @@ type config struct {
 	scaleNamespaces    int
 	scaleDelay         time.Duration
 	scaleTimeout       time.Duration
+	// goMemLimit is the manager's GOMEMLIMIT; the hostile scenario measures its RSS against
+	// memoryLimit, the Deployment's limit.
+	goMemLimit  string
+	memoryLimit int64
+
+	hostileBig, hostileBigSize           int
+	hostileHungNamespaces, hostileHung   int
+	hostileParked, hostileAnnotates      int
+	hostileTranscript                    int
+	hostileFifthTimeout, hostileHungWait time.Duration
 }
 
 // harness is what every scenario shares.
@@ -82,8 +93,8 @@ type harness struct {
 func main() {
 	var c config
 	var scenarios, managerArgs, slowRuns string
-	flag.StringVar(&scenarios, "scenarios", "resume,throughput,parked,slow,fairness,scale",
-		"Comma-separated scenarios: resume, throughput (with its in-process baseline), parked, slow, fairness, scale.")
+	flag.StringVar(&scenarios, "scenarios", "resume,throughput,parked,slow,fairness,scale,hostile",
+		"Comma-separated scenarios: resume, throughput (with its in-process baseline), parked, slow, fairness, scale, hostile.")
 	flag.IntVar(&c.workers, "max-concurrent-reconciles", 8, "The manager's --max-concurrent-reconciles.")
 	flag.IntVar(&c.resumeN, "resume", 200, "Answers measured for resume latency (one run each, answered one at a time).")
 	flag.DurationVar(&c.resumeGap, "resume-gap", 20*time.Millisecond, "Pause after a resumed run completes before the next answer.")
@@ -114,7 +125,20 @@ func main() {
 	flag.IntVar(&c.scaleNamespaces, "scale-namespaces", 20, "scale: namespaces the runs are spread over.")
 	flag.DurationVar(&c.scaleDelay, "scale-delay", time.Second, "scale: how long the model takes to answer.")
 	flag.DurationVar(&c.scaleTimeout, "scale-timeout", 15*time.Minute, "scale: the longest the runs may take; what is done by then is reported.")
+	flag.StringVar(&c.goMemLimit, "manager-gomemlimit", "512000KiB", "The manager's GOMEMLIMIT, as config/manager sets it under its 512Mi limit; empty runs it without.")
+	var memoryLimitMiB int64
+	flag.Int64Var(&memoryLimitMiB, "memory-limit", 512, "hostile: the Deployment's memory limit in MiB, that the manager's peak RSS is measured against.")
+	flag.IntVar(&c.hostileBig, "hostile-big", 20, "hostile: runs in one namespace whose model answers each with -hostile-big-size of text.")
+	flag.IntVar(&c.hostileBigSize, "hostile-big-size", 15<<20, "hostile: bytes of incompressible text in each big reply (the manager reads at most 16 MiB).")
+	flag.IntVar(&c.hostileHungNamespaces, "hostile-hung-namespaces", 4, "hostile: namespaces whose runs' model accepts requests and never answers.")
+	flag.IntVar(&c.hostileHung, "hostile-hung", 64, "hostile: hung runs in each of those namespaces (model.requestTimeout 10m).")
+	flag.DurationVar(&c.hostileHungWait, "hostile-hung-wait", time.Minute, "hostile: how long to wait for the hung model to hold every hung run's request.")
+	flag.DurationVar(&c.hostileFifthTimeout, "hostile-fifth-timeout", time.Minute, "hostile: how long a run in a fifth namespace may take beside the hung ones before it counts as not finished.")
+	flag.IntVar(&c.hostileParked, "hostile-parked", 60, "hostile: parked runs referencing one Secret, each with a -hostile-transcript transcript.")
+	flag.IntVar(&c.hostileTranscript, "hostile-transcript", 1<<20, "hostile: bytes of text in each parked run's transcript.")
+	flag.IntVar(&c.hostileAnnotates, "hostile-annotates", 30, "hostile: annotations (metadata-only changes) of the Secret the parked runs reference.")
 	flag.Parse()
+	c.memoryLimit = memoryLimitMiB << 20
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -211,8 +235,9 @@ func run(c config) error {
 		return err
 	}
 
-	logf("starting the manager (--max-concurrent-reconciles=%d %s; executor bounds %d total, %d per namespace)", c.workers, strings.Join(c.managerArgs, " "), c.maxInflight, c.perNamespace)
-	h.mgr, err = startManager(ctx, bin, kubeconfig, dir, c.workers, c.managerArgs)
+	logf("starting the manager (--max-concurrent-reconciles=%d %s; executor bounds %d total, %d per namespace; GOMEMLIMIT=%s)", c.workers,
+		strings.Join(c.managerArgs, " "), c.maxInflight, c.perNamespace, c.goMemLimit)
+	h.mgr, err = startManager(ctx, bin, kubeconfig, dir, c.workers, c.goMemLimit, c.managerArgs)
 	if err != nil {
 		return err
 	}
@@ -244,11 +269,11 @@ func run(c config) error {
 }
 
 // scenarioNames are what -scenarios selects from, in the order they run.
-var scenarioNames = []string{"resume", "throughput", "parked", "slow", "fairness", "scale"}
+var scenarioNames = []string{"resume", "throughput", "parked", "slow", "fairness", "scale", "hostile"}
 
 func (h *harness) scenario(name string) func(context.Context) error {
 	return map[string]func(context.Context) error{"resume": h.resume, "throughput": h.throughput,
-		"parked": h.parkedScale, "slow": h.slowModel, "fairness": h.fairness, "scale": h.scale}[name]
+		"parked": h.parkedScale, "slow": h.slowModel, "fairness": h.fairness, "scale": h.scale, "hostile": h.hostile}[name]
 }
 
 // inflightBounds are the manager's --max-inflight and --max-inflight-per-namespace: its defaults,

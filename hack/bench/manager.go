@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -36,7 +37,8 @@ func buildManager(dir string) (string, error) {
 	return filepath.Join(dir, "manager"), nil
 }
 
-func startManager(ctx context.Context, bin, kubeconfig, dir string, workers int, extra []string) (*manager, error) {
+// startManager runs the manager with goMemLimit as its GOMEMLIMIT (none when empty).
+func startManager(ctx context.Context, bin, kubeconfig, dir string, workers int, goMemLimit string, extra []string) (*manager, error) {
 	m := &manager{log: filepath.Join(dir, "manager.log"), done: make(chan struct{})}
 	var err error
 	if m.probe, err = testenv.FreeAddr(); err != nil {
@@ -62,6 +64,10 @@ func startManager(ctx context.Context, bin, kubeconfig, dir string, workers int,
 	}
 	m.cmd = exec.Command(bin, args...)
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
+	m.cmd.Env = os.Environ()
+	if goMemLimit != "" {
+		m.cmd.Env = append(m.cmd.Env, "GOMEMLIMIT="+goMemLimit)
+	}
 	if err := m.cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -119,6 +125,32 @@ func (m *manager) rss() (rss, hwm int64) {
 		}
 	}
 	return rss, hwm
+}
+
+// resetPeak resets the manager's VmHWM to its current RSS, so that the next rss() reports the
+// peak from now on.
+func (m *manager) resetPeak() error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", m.pid), []byte("5"), 0)
+}
+
+// logged returns the value of key in the first manager log line holding msg ("" when none).
+func (m *manager) logged(msg, key string) string {
+	raw, err := os.ReadFile(m.log)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.Contains(line, msg) {
+			continue
+		}
+		var fields map[string]any
+		if json.Unmarshal([]byte(line), &fields) == nil {
+			if v, ok := fields[key]; ok {
+				return fmt.Sprint(v)
+			}
+		}
+	}
+	return ""
 }
 
 // clockTick is USER_HZ, 100 on Linux.

@@ -33,6 +33,7 @@ type results struct {
 	slow           []slowResult
 	fairness       fairnessResult
 	scale          *slowResult
+	hostile        hostileResult
 	managerErrors  int
 }
 
@@ -66,9 +67,9 @@ func medianRound(rs []tpRound, f func(tpRound) float64) float64 {
 func (r *results) table() string {
 	var b strings.Builder
 	c := r.cfg
-	fmt.Fprintf(&b, "toolnexus operator benchmark — %s, %d CPUs, load average %s at start, %s at end; manager --max-concurrent-reconciles=%d %s (executor: --max-inflight=%d, --max-inflight-per-namespace=%d)\n\n",
+	fmt.Fprintf(&b, "toolnexus operator benchmark — %s, %d CPUs, load average %s at start, %s at end; manager --max-concurrent-reconciles=%d %s (executor: --max-inflight=%d, --max-inflight-per-namespace=%d; GOMEMLIMIT=%s)\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), numCPU(), r.load, r.loadEnd, c.workers, strings.Join(c.managerArgs, " "),
-		c.maxInflight, c.perNamespace)
+		c.maxInflight, c.perNamespace, c.goMemLimit)
 	w := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "| figure\t| operator\t| in-process loop\t| ratio op/in-proc\t| target\t| verdict\t|")
 	fmt.Fprintln(w, "|---\t|---\t|---\t|---\t|---\t|---\t|")
@@ -129,6 +130,7 @@ func (r *results) table() string {
 	r.slowRows(row)
 	r.fairnessRows(row)
 	r.scaleRows(row)
+	r.hostileRows(row)
 	_ = w.Flush()
 	if len(r.throughput) > 0 {
 		fmt.Fprintf(&b, "\nAPI requests by the manager per throughput round (%d turns):\n", r.throughput[0].turns)

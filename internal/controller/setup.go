@@ -46,6 +46,8 @@ type Options struct {
 	RequireSecretLabel bool
 	// MaxInflight and MaxInflightPerNamespace bound the steps in flight, in total and per namespace.
 	MaxInflight, MaxInflightPerNamespace int
+	// MaxInflightBytes bounds the memory the steps in flight hold.
+	MaxInflightBytes int64
 	// NotifyPolicy bounds the attempts of a notification's delivery.
 	NotifyPolicy notify.Policy
 }
@@ -64,7 +66,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		o.HTTPClient = netguard.Config{}.Client()
 	}
 	m := metrics.New(o.Registry, mgr.GetClient())
-	exec := executor.New(o.MaxInflight, o.MaxInflightPerNamespace, m.ExecutorObserver())
+	exec := executor.New(executor.Limits{MaxInflight: o.MaxInflight, PerShare: o.MaxInflightPerNamespace, MemoryBytes: o.MaxInflightBytes},
+		m.ExecutorObserver())
 	if err := mgr.Add(exec); err != nil {
 		return err
 	}

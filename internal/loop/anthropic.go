@@ -54,18 +54,22 @@ func (m *anthropicModel) complete(ctx context.Context, req modelRequest) (modelR
 		}
 		params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: &tool})
 	}
-	msg, err := m.client.Messages.New(ctx, params)
-	if err != nil {
+	// The SDK sends the request; the answer is decoded from the exchange (see exchange).
+	if _, err := m.client.Messages.New(ctx, params); err != nil {
 		return modelResponse{}, err
 	}
-	if !msg.JSON.Content.Valid() {
+	var msg anthropicResponse
+	if err := decodeAnswer(ctx, &msg); err != nil {
+		return modelResponse{}, err
+	}
+	if msg.Content == nil {
 		return modelResponse{}, fmt.Errorf("%w: no content", ErrInvalidResponse)
 	}
-	in, outTok := int(msg.Usage.InputTokens), int(msg.Usage.OutputTokens)
+	in, outTok := msg.Usage.InputTokens, msg.Usage.OutputTokens
 	out := modelResponse{Usage: Usage{PromptTokens: in, CompletionTokens: outTok, TotalTokens: in + outTok},
-		Model: msg.Model, FinishReason: string(msg.StopReason)}
+		Model: msg.Model, FinishReason: msg.StopReason}
 	var text []string
-	for _, b := range msg.Content {
+	for _, b := range *msg.Content {
 		switch b.Type {
 		case "text":
 			text = append(text, b.Text)
@@ -75,6 +79,24 @@ func (m *anthropicModel) complete(ctx context.Context, req modelRequest) (modelR
 	}
 	out.Text = strings.Join(text, "")
 	return out, nil
+}
+
+// anthropicResponse is what the loop reads of a Messages API answer; Content is nil when the
+// answer has none (absent or null).
+type anthropicResponse struct {
+	Model      string `json:"model"`
+	StopReason string `json:"stop_reason"`
+	Content    *[]struct {
+		Type  string          `json:"type"`
+		Text  string          `json:"text"`
+		ID    string          `json:"id"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
+	} `json:"content"`
+	Usage struct {
+		InputTokens  int `json:"input_tokens"`
+		OutputTokens int `json:"output_tokens"`
+	} `json:"usage"`
 }
 
 // anthropicMessages folds each run of tool messages into one user message of tool_result blocks,

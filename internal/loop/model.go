@@ -31,10 +31,11 @@ type modelResponse struct {
 }
 
 // callModel sends one request, once. It bounds it by RequestTimeout, reports an LLM event and
-// returns the raw response body for AfterLLM.
+// returns the raw response body when AfterLLM wants it (nil otherwise: it is let go of once
+// decoded).
 func (c *Client) callModel(ctx context.Context, req modelRequest) (modelResponse, []byte, error) {
 	ctx, endSpan := c.traceModel(ctx, req)
-	ex := &exchange{}
+	ex := &exchange{keep: c.opts.Hooks.AfterLLM != nil}
 	reqCtx := withExchange(ctx, ex)
 	if c.opts.RequestTimeout > 0 {
 		var cancel context.CancelFunc

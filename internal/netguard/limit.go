@@ -1,9 +1,12 @@
 package netguard
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/toolnexus/operator/internal/executor"
 )
 
 // ResponseTooLargeError is a response body that went past the bound. The body's reader returns
@@ -28,7 +31,9 @@ func byteSize(n int64) string {
 
 // limitTransport makes every response body fail once it has yielded limit bytes. The bound counts
 // what the caller reads, after the transport's own gzip decoding, so it also bounds a
-// decompression bomb.
+// decompression bomb. A body read by an executor job is charged to the job's memory before it is
+// read (executor.Charge), the length a response announces before the response is handed over, so
+// that a response waits for memory, not the manager for the kernel's OOM killer.
 type limitTransport struct {
 	base  http.RoundTripper
 	limit int64
@@ -39,8 +44,17 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		return resp, err // an upgraded connection's body is a two-way stream, not a response
 	}
-	resp.Body = &limitedBody{body: resp.Body, remaining: t.limit,
+	body := &limitedBody{body: resp.Body, remaining: t.limit, ctx: req.Context(),
 		tooLarge: &ResponseTooLargeError{Origin: Origin(req.URL), Limit: t.limit}}
+	// A reader may allocate what a response announces before it reads a byte: charge it first.
+	if n := min(resp.ContentLength, t.limit+1); n > 0 {
+		if err := executor.Charge(req.Context(), heldPerByte*n); err != nil {
+			resp.Body.Close()
+			return nil, err
+		}
+		body.credit = n
+	}
+	resp.Body = body
 	return resp, nil
 }
 
@@ -51,11 +65,23 @@ func (t *limitTransport) CloseIdleConnections() {
 	}
 }
 
+// Charging a body's memory: each byte read is held twice by whoever reads it (as read, and as the
+// text or value decoded from it), and it is charged ahead in chunks, so that a read waits for
+// memory before the bytes arrive and the executor's lock is taken once per chunk.
+const (
+	heldPerByte = 2
+	chargeChunk = 64 << 10
+)
+
 type limitedBody struct {
 	body      io.ReadCloser
 	remaining int64
 	tooLarge  error
 	err       error
+	// ctx is the request's: within an executor job, reads are charged to it. credit is what was
+	// charged and not read yet.
+	ctx    context.Context
+	credit int64
 }
 
 // Read passes bytes through until remaining is spent; a body of exactly the limit still ends in
@@ -67,7 +93,15 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	if int64(len(p)) > b.remaining+1 {
 		p = p[:b.remaining+1]
 	}
+	if want := int64(len(p)); want > b.credit {
+		chunk := max(want-b.credit, min(chargeChunk, b.remaining+1))
+		if err := executor.Charge(b.ctx, heldPerByte*chunk); err != nil {
+			return 0, err
+		}
+		b.credit += chunk
+	}
 	n, err := b.body.Read(p)
+	b.credit -= int64(n)
 	if int64(n) <= b.remaining {
 		b.remaining -= int64(n)
 		return n, err

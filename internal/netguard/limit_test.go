@@ -3,13 +3,17 @@ package netguard
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/netguard/netguardtest"
 )
 
@@ -85,4 +89,80 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// A body read by an executor job is charged to the job's memory before it is read (the length a
+// response announces, before the response is handed over): when the budget is spent the read
+// waits, and it goes on once memory frees.
+func TestBodyReadWaitsForMemory(t *testing.T) {
+	for _, announced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("length announced %v", announced), func(t *testing.T) { testBodyReadWaits(t, announced) })
+	}
+}
+
+func testBodyReadWaits(t *testing.T, announced bool) {
+	const body = 256 << 10
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		if announced {
+			w.Header().Set("Content-Length", fmt.Sprint(body))
+		}
+		_, _ = io.Copy(w, io.LimitReader(zeros{}, body))
+	})
+	base, _ := netguardtest.Serve(t, "127.0.0.1:0", mux)
+	client := Config{}.Client()
+	var mu sync.Mutex
+	var peak int64
+	// 1 MiB, of which 128 KiB are kept for a share's first job: a second job may hold 896 KiB.
+	e := executor.New(executor.Limits{MemoryBytes: 1 << 20}, executor.Observer{Bytes: func(n int64) {
+		mu.Lock()
+		peak = max(peak, n)
+		mu.Unlock()
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { _ = e.Start(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+
+	holding, free := make(chan struct{}), make(chan struct{})
+	e.Submit(executor.Job{Key: "holder", Share: "ns", Run: func(ctx context.Context) {
+		_ = executor.Charge(ctx, 700<<10)
+		close(holding)
+		<-free
+	}})
+	<-holding
+	read := make(chan error, 1)
+	var got int
+	e.Submit(executor.Job{Key: "reader", Share: "ns", Run: func(ctx context.Context) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			read <- err
+			return
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		got = len(raw)
+		read <- err
+	}})
+	select {
+	case err := <-read:
+		t.Fatalf("the read ended (%v) while the budget was spent, want it to wait", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(free)
+	select {
+	case err := <-read:
+		if err != nil || got != body {
+			t.Fatalf("read %d bytes, %v; want %d, nil", got, err, body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the read did not go on once memory freed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// 2 bytes held per byte read, charged ahead by at most one chunk.
+	if peak < 700<<10 || peak > 700<<10+2*(body+chargeChunk) {
+		t.Errorf("peak memory %d KiB, want between 700 and %d KiB", peak>>10, (700<<10+2*(body+chargeChunk))>>10)
+	}
 }

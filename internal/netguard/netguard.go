@@ -24,8 +24,10 @@ const DefaultMaxResponseBytes int64 = 16 << 20
 // MaxResponseHeaderBytes bounds the response headers of one request.
 const MaxResponseHeaderBytes = 1 << 20
 
-// DefaultMaxIdleConns is how many idle connections a client keeps when Config names no number:
-// the executor's default bound of steps in flight.
+// DefaultMaxIdleConns is how many idle connections a client keeps when Config names no number,
+// and the most the manager keeps: a connection per step in flight up to it, so that a wave of
+// steps does not dial anew, and no more, since an idle connection's buffers are memory no step's
+// budget counts.
 const DefaultMaxIdleConns = 256
 
 // Config says what the manager's HTTP client may reach and read.

@@ -164,7 +164,7 @@ func newDecisionEnv(t *testing.T, objs ...client.Object) *decisionEnv {
 	e.r = &Reconciler{Client: e.c, APIReader: e.c, Scheme: scheme, Recorder: e.recorder,
 		Clock: clocktesting.NewFakePassiveClock(decisionNow), Metrics: metrics.New(prometheus.NewRegistry(), e.c), steps: newSteps(),
 		store:    runstore.New(e.c, e.c, scheme, runstore.Limits{}),
-		Executor: executor.New(0, 0, executor.Observer{})}
+		Executor: executor.New(executor.Limits{}, executor.Observer{})}
 	return e
 }
 
