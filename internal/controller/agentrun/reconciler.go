@@ -162,6 +162,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	var outcome *stepOutcome
 	if !busy {
 		outcome = r.steps.take(key, run.UID)
+		// What the step read is counted against the executor's memory until it is saved, or
+		// dropped with this reconcile.
+		defer outcome.release()
 	}
 	// A finished step's outcome is applied to the record it started from, as the reconcile that
 	// submitted it left it: no read, so nothing can fail between taking the outcome and applying it.
@@ -359,9 +362,7 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error)
 			return ctrl.Result{}, err
 		}
 	}
-	if err := r.submitStep(s, rt); err != nil {
-		return ctrl.Result{}, err
-	}
+	r.submitStep(s, rt)
 	s.inflight = true
 	return ctrl.Result{}, nil
 }

@@ -2,9 +2,7 @@ package agentrun
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -44,62 +42,82 @@ type stepOutcome struct {
 	// events are those of the reconcile that submitted the step with state it had not saved (an
 	// answer consumed): they are recorded once the outcome, which holds that state, is saved.
 	events []func()
+	// done gives the memory the step held back to the executor (see executor.Keep): once its
+	// outcome is saved, or dropped.
+	done func()
 }
 
-// steps holds the outcomes of finished steps and the backoffs of failing models, by run.
+// release gives back what the outcome holds in the executor's memory budget; nil does nothing.
+func (o *stepOutcome) release() {
+	if o != nil && o.done != nil {
+		o.done()
+	}
+}
+
+// steps is what this process keeps of each run between its reconciles: one runMemo per run, for
+// the run with the UID it names (a run deleted and created again under the same name inherits
+// nothing).
 type steps struct {
-	mu       sync.Mutex
-	outcomes map[types.NamespacedName]*stepOutcome
-	// retryAt is when a run whose model failed transiently may try again.
-	retryAt map[types.NamespacedName]runTime
-	// reported is when this process last patched a run's status.
-	reported map[types.NamespacedName]runTime
-	// owed are the start and end this process saved and no status patch has shown yet.
-	owed map[types.NamespacedName]transitions
+	mu   sync.Mutex
+	runs map[types.NamespacedName]*runMemo
 	// wake tells the controller a step finished.
 	wake chan event.GenericEvent
 }
 
-// runTime is a time kept for the run with uid (a run deleted and created again under the same
-// name does not inherit it).
-type runTime struct {
+// runMemo is what this process keeps of one run.
+type runMemo struct {
 	uid types.UID
-	at  time.Time
-}
-
-// transitions are the start and end of the run with uid.
-type transitions struct {
-	uid          types.UID
-	start, ended bool
+	// outcome is what its finished step left, until a reconcile takes it.
+	outcome *stepOutcome
+	// retryAt is when the run, whose model failed transiently, may try again.
+	retryAt time.Time
+	// reportedAt is when this process last patched the run's status.
+	reportedAt time.Time
+	// owedStart and owedEnd are the start and end this process saved and no status patch has
+	// shown yet.
+	owedStart, owedEnd bool
 }
 
 func newSteps() *steps {
-	return &steps{outcomes: map[types.NamespacedName]*stepOutcome{}, retryAt: map[types.NamespacedName]runTime{},
-		reported: map[types.NamespacedName]runTime{}, owed: map[types.NamespacedName]transitions{},
-		wake: make(chan event.GenericEvent, 1024)}
+	return &steps{runs: map[types.NamespacedName]*runMemo{}, wake: make(chan event.GenericEvent, 1024)}
+}
+
+// of is the memo of the run with uid, made afresh when the kept one was another run's; the caller
+// holds s.mu.
+func (s *steps) of(key types.NamespacedName, uid types.UID) *runMemo {
+	m := s.runs[key]
+	if m == nil || m.uid != uid {
+		if m != nil {
+			m.outcome.release()
+		}
+		m = &runMemo{uid: uid}
+		s.runs[key] = m
+	}
+	return m
 }
 
 func (s *steps) put(key types.NamespacedName, o *stepOutcome) {
 	s.mu.Lock()
-	s.outcomes[key] = o
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	m := s.of(key, o.uid)
+	m.outcome.release()
+	m.outcome = o
 }
 
-// take removes and returns the outcome left for the run with uid, if any.
+// take removes and returns the outcome left for the run with uid, if any. The caller releases it
+// once it has applied and saved it.
 func (s *steps) take(key types.NamespacedName, uid types.UID) *stepOutcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o := s.outcomes[key]
-	delete(s.outcomes, key)
-	if o == nil || o.uid != uid {
-		return nil
-	}
+	m := s.of(key, uid)
+	o := m.outcome
+	m.outcome = nil
 	return o
 }
 
 func (s *steps) backoff(key types.NamespacedName, uid types.UID, at time.Time) {
 	s.mu.Lock()
-	s.retryAt[key] = runTime{uid: uid, at: at}
+	s.of(key, uid).retryAt = at
 	s.mu.Unlock()
 }
 
@@ -107,18 +125,17 @@ func (s *steps) backoff(key types.NamespacedName, uid types.UID, at time.Time) {
 func (s *steps) notBefore(key types.NamespacedName, uid types.UID, now time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.retryAt[key]
-	if !ok || r.uid != uid || !now.Before(r.at) {
-		delete(s.retryAt, key)
-		return time.Time{}
+	m := s.of(key, uid)
+	if !now.Before(m.retryAt) {
+		m.retryAt = time.Time{}
 	}
-	return r.at
+	return m.retryAt
 }
 
 // reportedAt remembers that the run's status was patched at t.
 func (s *steps) reportedAt(key types.NamespacedName, uid types.UID, t time.Time) {
 	s.mu.Lock()
-	s.reported[key] = runTime{uid: uid, at: t}
+	s.of(key, uid).reportedAt = t
 	s.mu.Unlock()
 }
 
@@ -127,8 +144,8 @@ func (s *steps) reportedAt(key types.NamespacedName, uid types.UID, t time.Time)
 func (s *steps) reportDue(key types.NamespacedName, uid types.UID, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.reported[key]
-	return !ok || r.uid != uid || now.Sub(r.at) >= statusInterval
+	at := s.of(key, uid).reportedAt
+	return at.IsZero() || now.Sub(at) >= statusInterval
 }
 
 // owe notes that this process saved the run's start or end: they are reported (events, the run
@@ -139,54 +156,46 @@ func (s *steps) owe(key types.NamespacedName, uid types.UID, start, ended bool) 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o := s.owed[key]
-	if o.uid != uid {
-		o = transitions{uid: uid}
-	}
-	o.start, o.ended = o.start || start, o.ended || ended
-	s.owed[key] = o
+	m := s.of(key, uid)
+	m.owedStart, m.owedEnd = m.owedStart || start, m.owedEnd || ended
 }
 
 // shown returns what was owed for the run and clears it: a status patch has just shown it.
 func (s *steps) shown(key types.NamespacedName, uid types.UID) (start, ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o, ok := s.owed[key]
-	delete(s.owed, key)
-	if !ok || o.uid != uid {
-		return false, false
-	}
-	return o.start, o.ended
+	m := s.of(key, uid)
+	start, ended = m.owedStart, m.owedEnd
+	m.owedStart, m.owedEnd = false, false
+	return start, ended
 }
 
 // drop discards the outcome and the backoff of a run's step: the run was cancelled, and what its
 // aborted step left must not be applied. What it still owes is kept.
 func (s *steps) drop(key types.NamespacedName) {
 	s.mu.Lock()
-	delete(s.outcomes, key)
-	delete(s.retryAt, key)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if m := s.runs[key]; m != nil {
+		m.outcome.release()
+		m.outcome, m.retryAt = nil, time.Time{}
+	}
 }
 
 // forget drops whatever is kept for a run that is gone or has ended.
 func (s *steps) forget(key types.NamespacedName) {
-	s.drop(key)
 	s.mu.Lock()
-	delete(s.reported, key)
-	delete(s.owed, key)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if m := s.runs[key]; m != nil {
+		m.outcome.release()
+		delete(s.runs, key)
+	}
 }
 
-// submitStep hands the run's next step to the executor. The step works on a copy of the state.
-func (r *Reconciler) submitStep(s *scope, rt *stepper) error {
-	raw, err := json.Marshal(s.rec.State)
-	if err != nil {
-		return fmt.Errorf("copying the run's state: %w", err)
-	}
-	st := &loop.State{}
-	if err := json.Unmarshal(raw, st); err != nil {
-		return fmt.Errorf("copying the run's state: %w", err)
-	}
+// submitStep hands the run's next step to the executor, admitted by the memory it may hold (its
+// copy of the state's structure, the request it sends; what it reads is charged as it arrives).
+// The step works on a copy of the state made when it starts, so a queued step holds none; the
+// saved state is not touched while a step is in flight.
+func (r *Reconciler) submitStep(s *scope, rt *stepper) {
 	key, uid, from, events := runKey(s.run), s.run.UID, s.rec, s.events
 	if s.dirty {
 		s.events = nil
@@ -195,8 +204,9 @@ func (r *Reconciler) submitStep(s *scope, rt *stepper) error {
 	}
 	wake := &toolnexusv1alpha1.AgentRun{}
 	wake.Name, wake.Namespace = s.run.Name, s.run.Namespace
-	r.Executor.Submit(executor.Job{Key: key.String(), Share: s.run.Namespace, Run: func(ctx context.Context) {
+	r.Executor.Submit(executor.Job{Key: key.String(), Share: s.run.Namespace, Bytes: rt.Client.StepBytes(from.State), Run: func(ctx context.Context) {
 		ctx = r.Tracing.Step(ctx, rt.trace)
+		st := from.State.Clone()
 		o := &stepOutcome{uid: uid, from: from, state: st, events: events}
 		var tk *tools.Toolkit
 		tk, o.mcpFailures, o.err = rt.Toolkit(ctx)
@@ -204,12 +214,13 @@ func (r *Reconciler) submitStep(s *scope, rt *stepper) error {
 			o.toolsBuilt = true
 			o.err = rt.Client.StepUntilSaved(ctx, st, tk, r.store.Limits().MaxRawBytes)
 		}
+		// What the step read stays counted until the reconcile that takes the outcome saves it.
+		o.done = executor.Keep(ctx)
 		r.steps.put(key, o)
 	}, Done: func(ctx context.Context) {
 		// Once the key is free: the reconcile it wakes finds the step over and takes its outcome.
 		kube.Wake(ctx, r.steps.wake, wake)
 	}})
-	return nil
 }
 
 // failureOf classifies the error a step ended with for Settle (nil: it finished).

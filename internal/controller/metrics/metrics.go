@@ -33,6 +33,7 @@ type Metrics struct {
 	SuspensionWait *prometheus.HistogramVec
 	inflight       *prometheus.GaugeVec
 	queued         *prometheus.GaugeVec
+	inflightBytes  prometheus.Gauge
 	queueWait      prometheus.Histogram
 	// Notifications counts notification attempts, by format, event and outcome
 	// (toolnexus_notifications_total).
@@ -62,6 +63,8 @@ func New(reg prometheus.Registerer, reader client.Reader) *Metrics {
 			Buckets: []float64{1, 10, 60, 300, 1800, 3600, 14400, 86400, 604800}}, []string{"kind", "outcome"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "toolnexus_inflight_steps", Help: "Steps (model requests and tool calls) in flight, by namespace."}, []string{"namespace"}),
+		inflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "toolnexus_inflight_step_bytes", Help: "Memory the steps in flight hold, and the outcomes not saved yet, against --max-inflight-memory."}),
 		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "toolnexus_queued_steps", Help: "Steps waiting for a slot of their namespace's share or of the total, by namespace."}, []string{"namespace"}),
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -72,7 +75,7 @@ func New(reg prometheus.Registerer, reader client.Reader) *Metrics {
 			[]string{"format", "event", "outcome"}),
 	}
 	reg.MustRegister(m.llmRequests, m.llmTokens, m.llmDuration, m.toolCalls, m.toolDuration, m.RunErrors,
-		m.SuspensionWait, m.inflight, m.queued, m.queueWait, &pendingCollector{reader: reader})
+		m.SuspensionWait, m.inflight, m.inflightBytes, m.queued, m.queueWait, &pendingCollector{reader: reader})
 	reg.MustRegister(m.Notifications)
 	return m
 }
@@ -93,6 +96,7 @@ func (m *Metrics) ExecutorObserver() executor.Observer {
 		Inflight: gauge(m.inflight),
 		Queued:   gauge(m.queued),
 		Waited:   func(_ string, d time.Duration) { m.queueWait.Observe(d.Seconds()) },
+		Bytes:    func(n int64) { m.inflightBytes.Set(float64(n)) },
 	}
 }
 

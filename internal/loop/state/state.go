@@ -228,3 +228,53 @@ func (st *State) validate() error {
 	}
 	return nil
 }
+
+// Clone copies st's structure, sharing its texts (strings never change), so a step can advance the
+// copy while st stays as it was saved: a copy costs the slices and calls, not the transcript again.
+func (st *State) Clone() *State {
+	c := *st
+	c.Messages = append([]Message(nil), st.Messages...)
+	for i, m := range c.Messages {
+		if m.ToolCalls != nil {
+			c.Messages[i].ToolCalls = append([]MessageToolCall(nil), m.ToolCalls...)
+		}
+	}
+	c.ToolCalls = append([]ToolCall(nil), st.ToolCalls...)
+	if st.Calls != nil {
+		c.Calls = make([]Call, len(st.Calls))
+		for i, call := range st.Calls {
+			c.Calls[i] = call.clone()
+		}
+	}
+	if st.Outcome != nil {
+		o := *st.Outcome
+		c.Outcome = &o
+	}
+	return &c
+}
+
+// clone copies a call and what it points to; a request's or an answer's data is never changed once
+// set, so it is shared.
+func (c Call) clone() Call {
+	dup := func(p *wire.Answer) *wire.Answer {
+		if p == nil {
+			return nil
+		}
+		a := *p
+		return &a
+	}
+	if c.Request != nil {
+		r := *c.Request
+		c.Request = &r
+	}
+	if c.Result != nil {
+		r := *c.Result
+		c.Result = &r
+	}
+	if c.Announced != nil {
+		a := *c.Announced
+		c.Announced = &a
+	}
+	c.Answer, c.Approval = dup(c.Answer), dup(c.Approval)
+	return c
+}
