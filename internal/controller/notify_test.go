@@ -133,7 +133,7 @@ var _ = Describe("Notifications", func() {
 		Expect(opened.DataContentType()).To(Equal("application/json"))
 		Expect(opened.Time()).To(BeTemporally("~", preq.CreationTimestamp.Time, time.Second))
 		Expect(eventData(opened)).To(Equal(map[string]any{
-			"namespace": ns, "name": preq.Name, "run": "ce", "kind": "approval", "prompt": preq.Spec.Request.Prompt,
+			"namespace": ns, "name": preq.Name, "uid": string(preq.UID), "run": "ce", "kind": "approval", "prompt": preq.Spec.Request.Prompt,
 			"approvers": map[string]any{"users": []any{"alice"}, "groups": []any{"buyers"}},
 			"toolCall":  map[string]any{"name": "buy", "arguments": `{"item":"gpu"}`},
 		}))
