@@ -161,8 +161,9 @@ func authorizePage(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_, _ = fmt.Fprintf(w, `<!doctype html><title>Sample consent</title>
 <p>This is the sample tool server's stand-in consent page for <code>%s</code>.
-<p>Nothing to do here: tell the run that authorization is done by answering its PendingRequest:
-<pre>kubectl patch preq NAME --subresource=status --type=merge -p '{"status":{"answer":{"ok":true}}}'</pre>
+<p>Nothing to do here: tell the run that authorization is done by answering its PendingRequest,
+with the command <code>kubectl toolnexus show NAME</code> prints (it binds the answer to the request):
+<pre>kubectl toolnexus approve NAME -n NAMESPACE --uid UID</pre>
 `, html.EscapeString(r.URL.Query().Get("auth_id")))
 }
 
