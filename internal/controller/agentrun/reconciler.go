@@ -1,6 +1,8 @@
-// Package controller holds the AgentRun reconciler: it reads objects, drives the durable step
-// machine of internal/loop, writes status, creates PendingRequests and emits events. Decisions
-// about the loop live in internal/loop; this package only does the I/O around them.
+// Package agentrun is the AgentRun controller's room: a reconcile reads the run, its record and its
+// requests, asks the loop's state what they mean (state.Settle), carries out what it says, hands the
+// run's next step to the executor, saves the record once the state changed and projects it onto
+// the run's requests and status. Decisions live in internal/loop/state; this package does the I/O
+// around them.
 package agentrun
 
 import (
@@ -20,14 +22,8 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/clip"
@@ -447,161 +443,6 @@ func (r *Reconciler) emitTransitions(ctx context.Context, s *scope, started, end
 		r.Recorder.Eventf(s.run, nil, corev1.EventTypeWarning, EventRunFailed, actionStep, "%s: %s", after.Reason, clip.Marked(after.Message, 1024))
 	}
 	r.traceEnd(ctx, s, failed)
-}
-
-// SetupWithManager registers the reconciler and its watches: AgentRuns (spec changes only), answers
-// to and deletions of their PendingRequests, the appearance of Secrets and Agents they wait for,
-// and the end of their steps.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil || r.Executor == nil || r.HTTPClient == nil {
-		return errors.New("the AgentRun Reconciler needs APIReader, Recorder, Clock, Metrics, Executor and HTTPClient")
-	}
-	if r.Tracing != nil {
-		r.HTTPClient = telemetry.Propagating(r.HTTPClient)
-	}
-	r.steps = newSteps()
-	r.store = runstore.New(r.Client, r.APIReader, r.Scheme,
-		runstore.Limits{MaxBytes: r.MaxTranscriptBytes, MaxRawBytes: r.MaxTranscriptRawBytes})
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, secretNamesIndexField, secretNames); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.PendingRequest{}, ownerRunIndexField, runOfRequest); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, agentRefIndexField, agentOfRun); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.Agent{}, secretNamesIndexField, secretNames); err != nil {
-		return err
-	}
-	return builder.ControllerManagedBy(mgr).
-		For(&toolnexusv1alpha1.AgentRun{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&toolnexusv1alpha1.PendingRequest{}, withPriority(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
-			&toolnexusv1alpha1.AgentRun{}, handler.OnlyControllerOwner()), answerPriority), builder.WithPredicates(answerOrDeletion())).
-		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingFor),
-			builder.WithPredicates(predicate.Funcs{DeleteFunc: func(event.DeleteEvent) bool { return false }})).
-		Watches(&toolnexusv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.runsOfAgent),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesRawSource(source.Channel(r.steps.wake, stepEnded())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
-		Named("agentrun").
-		Complete(r)
-}
-
-// answerOrDeletion passes the PendingRequest events a run must react to: an answer appearing, and
-// a request deleted by hand. The controller's own status writes are filtered out.
-func answerOrDeletion() predicate.Predicate {
-	return predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool {
-			p, ok := e.Object.(*toolnexusv1alpha1.PendingRequest)
-			return ok && p.Status.Answer != nil // an answer already there when the cache starts
-		},
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*toolnexusv1alpha1.PendingRequest)
-			n, ok2 := e.ObjectNew.(*toolnexusv1alpha1.PendingRequest)
-			return ok1 && ok2 && o.Status.Answer == nil && n.Status.Answer != nil
-		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
-}
-
-// runOfRequest indexes a PendingRequest by the run that controls it, so a run finds its requests
-// without scanning every request of the namespace.
-func runOfRequest(obj client.Object) []string {
-	if owner := metav1.GetControllerOf(obj); owner != nil && owner.Kind == "AgentRun" {
-		return []string{owner.Name}
-	}
-	return nil
-}
-
-// agentOfRun indexes a run of an Agent by the Agent's name.
-func agentOfRun(obj client.Object) []string {
-	if run, ok := obj.(*toolnexusv1alpha1.AgentRun); ok && run.Spec.AgentRef != nil {
-		return []string{run.Spec.AgentRef.Name}
-	}
-	return nil
-}
-
-// secretNames indexes a run, or an Agent, by the Secrets its spec references.
-func secretNames(obj client.Object) []string {
-	var spec *toolnexusv1alpha1.AgentSpec
-	switch o := obj.(type) {
-	case *toolnexusv1alpha1.AgentRun:
-		spec = &o.Spec.AgentSpec
-	case *toolnexusv1alpha1.Agent:
-		spec = &o.Spec
-	default:
-		return nil
-	}
-	var names []string
-	if ref := spec.Model.APIKeySecretRef; ref != nil {
-		names = append(names, ref.Name)
-	}
-	headers := func(hs []toolnexusv1alpha1.HTTPHeader) {
-		for _, h := range hs {
-			if h.ValueFrom != nil {
-				names = append(names, h.ValueFrom.SecretKeyRef.Name)
-			}
-		}
-	}
-	for _, t := range spec.Tools {
-		if t.HTTP != nil {
-			headers(t.HTTP.Headers)
-		}
-	}
-	for _, s := range spec.MCPServers {
-		headers(s.Headers)
-	}
-	return names
-}
-
-// runsWaitingFor maps a Secret to the runs of its namespace that wait for it (reason
-// SecretNotFound or SecretNotAllowed), referencing it themselves or through their Agent. Runs that
-// do not wait for it are left alone: they read it at call time, and a parked run woken by a
-// Secret's metadata change would decode its whole transcript for nothing.
-func (r *Reconciler) runsWaitingFor(ctx context.Context, secret client.Object) []reconcile.Request {
-	waiting := func(run *toolnexusv1alpha1.AgentRun) bool {
-		// A run that has not started reads no record when woken; one that started and found a
-		// Secret missing says so in its status (and re-checks on its own, should the Secret appear
-		// before the cache shows that status: see secretRecheck).
-		reason := conditionOf(run, toolnexusv1alpha1.ConditionSucceeded).Reason
-		return !run.Status.Started() || reason == toolnexusv1alpha1.ReasonSecretNotFound || reason == toolnexusv1alpha1.ReasonSecretNotAllowed
-	}
-	out := r.runsWhere(ctx, secret.GetNamespace(), secretNamesIndexField, secret.GetName(), waiting)
-	var agents toolnexusv1alpha1.AgentList
-	if err := r.List(ctx, &agents, client.InNamespace(secret.GetNamespace()),
-		client.MatchingFields{secretNamesIndexField: secret.GetName()}); err != nil {
-		return out
-	}
-	for i := range agents.Items {
-		out = append(out, r.runsWhere(ctx, agents.Items[i].Namespace, agentRefIndexField, agents.Items[i].Name, waiting)...)
-	}
-	return out
-}
-
-// runsOfAgent maps an Agent to the runs of it that wait for it to exist (reason AgentNotFound):
-// a run that has its snapshot never reads the Agent again.
-func (r *Reconciler) runsOfAgent(ctx context.Context, agent client.Object) []reconcile.Request {
-	return r.runsWhere(ctx, agent.GetNamespace(), agentRefIndexField, agent.GetName(), func(run *toolnexusv1alpha1.AgentRun) bool {
-		return conditionOf(run, toolnexusv1alpha1.ConditionSucceeded).Reason == toolnexusv1alpha1.ReasonAgentNotFound
-	})
-}
-
-// runsWhere lists the unfinished runs of namespace whose index field has value and that want says
-// to wake.
-func (r *Reconciler) runsWhere(ctx context.Context, namespace, field, value string, want func(*toolnexusv1alpha1.AgentRun) bool) []reconcile.Request {
-	var runs toolnexusv1alpha1.AgentRunList
-	if err := r.List(ctx, &runs, client.InNamespace(namespace), client.MatchingFields{field: value}); err != nil {
-		return nil
-	}
-	var out []reconcile.Request
-	for i := range runs.Items {
-		if run := &runs.Items[i]; !finished(run) && want(run) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
-		}
-	}
-	return out
 }
 
 func conditionOf(run *toolnexusv1alpha1.AgentRun, t string) metav1.Condition {

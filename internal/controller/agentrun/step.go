@@ -3,11 +3,9 @@ package agentrun
 import (
 	"context"
 	"errors"
-	"sync"
-	"time"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/clip"
@@ -17,6 +15,7 @@ import (
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/runstore"
+	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -51,143 +50,6 @@ type stepOutcome struct {
 func (o *stepOutcome) release() {
 	if o != nil && o.done != nil {
 		o.done()
-	}
-}
-
-// steps is what this process keeps of each run between its reconciles: one runMemo per run, for
-// the run with the UID it names (a run deleted and created again under the same name inherits
-// nothing).
-type steps struct {
-	mu   sync.Mutex
-	runs map[types.NamespacedName]*runMemo
-	// wake tells the controller a step finished.
-	wake chan event.GenericEvent
-}
-
-// runMemo is what this process keeps of one run.
-type runMemo struct {
-	uid types.UID
-	// outcome is what its finished step left, until a reconcile takes it.
-	outcome *stepOutcome
-	// retryAt is when the run, whose model failed transiently, may try again.
-	retryAt time.Time
-	// reportedAt is when this process last patched the run's status.
-	reportedAt time.Time
-	// owedStart and owedEnd are the start and end this process saved and no status patch has
-	// shown yet.
-	owedStart, owedEnd bool
-}
-
-func newSteps() *steps {
-	return &steps{runs: map[types.NamespacedName]*runMemo{}, wake: make(chan event.GenericEvent, 1024)}
-}
-
-// of is the memo of the run with uid, made afresh when the kept one was another run's; the caller
-// holds s.mu.
-func (s *steps) of(key types.NamespacedName, uid types.UID) *runMemo {
-	m := s.runs[key]
-	if m == nil || m.uid != uid {
-		if m != nil {
-			m.outcome.release()
-		}
-		m = &runMemo{uid: uid}
-		s.runs[key] = m
-	}
-	return m
-}
-
-func (s *steps) put(key types.NamespacedName, o *stepOutcome) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.of(key, o.uid)
-	m.outcome.release()
-	m.outcome = o
-}
-
-// take removes and returns the outcome left for the run with uid, if any. The caller releases it
-// once it has applied and saved it.
-func (s *steps) take(key types.NamespacedName, uid types.UID) *stepOutcome {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.of(key, uid)
-	o := m.outcome
-	m.outcome = nil
-	return o
-}
-
-func (s *steps) backoff(key types.NamespacedName, uid types.UID, at time.Time) {
-	s.mu.Lock()
-	s.of(key, uid).retryAt = at
-	s.mu.Unlock()
-}
-
-// notBefore is when the run may take its next step; zero when it may now.
-func (s *steps) notBefore(key types.NamespacedName, uid types.UID, now time.Time) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.of(key, uid)
-	if !now.Before(m.retryAt) {
-		m.retryAt = time.Time{}
-	}
-	return m.retryAt
-}
-
-// reportedAt remembers that the run's status was patched at t.
-func (s *steps) reportedAt(key types.NamespacedName, uid types.UID, t time.Time) {
-	s.mu.Lock()
-	s.of(key, uid).reportedAt = t
-	s.mu.Unlock()
-}
-
-// reportDue reports whether the run's status was last patched by this process longer than
-// statusInterval before now (or never).
-func (s *steps) reportDue(key types.NamespacedName, uid types.UID, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	at := s.of(key, uid).reportedAt
-	return at.IsZero() || now.Sub(at) >= statusInterval
-}
-
-// owe notes that this process saved the run's start or end: they are reported (events, the run
-// span) once a status patch shows them, in this reconcile or, when its patch failed, a later one.
-func (s *steps) owe(key types.NamespacedName, uid types.UID, start, ended bool) {
-	if !start && !ended {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.of(key, uid)
-	m.owedStart, m.owedEnd = m.owedStart || start, m.owedEnd || ended
-}
-
-// shown returns what was owed for the run and clears it: a status patch has just shown it.
-func (s *steps) shown(key types.NamespacedName, uid types.UID) (start, ended bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.of(key, uid)
-	start, ended = m.owedStart, m.owedEnd
-	m.owedStart, m.owedEnd = false, false
-	return start, ended
-}
-
-// drop discards the outcome and the backoff of a run's step: the run was cancelled, and what its
-// aborted step left must not be applied. What it still owes is kept.
-func (s *steps) drop(key types.NamespacedName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if m := s.runs[key]; m != nil {
-		m.outcome.release()
-		m.outcome, m.retryAt = nil, time.Time{}
-	}
-}
-
-// forget drops whatever is kept for a run that is gone or has ended.
-func (s *steps) forget(key types.NamespacedName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if m := s.runs[key]; m != nil {
-		m.outcome.release()
-		delete(s.runs, key)
 	}
 }
 
@@ -239,4 +101,90 @@ func failureOf(err error) *state.Failure {
 // runKey names a run in the executor and in steps.
 func runKey(run *toolnexusv1alpha1.AgentRun) types.NamespacedName {
 	return types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
+}
+
+// readSecret reads one key of a Secret in namespace, uncached: the manager does not keep Secret
+// values in memory, and a rotated Secret is picked up by the next read.
+func (r *Reconciler) readSecret(ctx context.Context, namespace string, ref toolnexusv1alpha1.SecretKeyReference, what string) (string, error) {
+	return kube.ReadSecretKey(ctx, r.APIReader, r.RequireSecretLabel, namespace, ref, what)
+}
+
+// stepper is what a step needs: the run's spec built with its Secrets (the reconcile reads them;
+// connecting the MCP servers is network I/O, done by the step itself) and the run's trace, which
+// the step's spans join.
+type stepper struct {
+	*runspec.Built
+	trace telemetry.Run
+}
+
+// prepare builds the run's spec with its Secrets, without network I/O but the API server's. Secret
+// values for headers are resolved at call time; the API key is read now because every model
+// request needs it.
+func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRun, spec *toolnexusv1alpha1.AgentRunSpec, observe func(loop.Event)) (*stepper, error) {
+	apiKey := ""
+	if ref := spec.Model.APIKeySecretRef; ref != nil {
+		var err error
+		if apiKey, err = r.readSecret(ctx, run.Namespace, *ref, "spec.model.apiKeySecretRef"); err != nil {
+			return nil, err
+		}
+	}
+	// Header Secrets are checked up front too, so a missing one parks the run before it starts
+	// rather than failing a tool call later.
+	for i, t := range spec.Tools {
+		if t.HTTP == nil {
+			continue
+		}
+		if err := r.checkHeaders(ctx, run.Namespace, t.HTTP.Headers, fmt.Sprintf("spec.tools[%d].http.headers", i)); err != nil {
+			return nil, err
+		}
+	}
+	for i, s := range spec.MCPServers {
+		if err := r.checkHeaders(ctx, run.Namespace, s.Headers, fmt.Sprintf("spec.mcpServers[%d].headers", i)); err != nil {
+			return nil, err
+		}
+	}
+	trace := r.runTrace(ctx, run)
+	built, err := runspec.Build(&spec.AgentSpec, runspec.Env{
+		APIKey: apiKey,
+		Headers: func(hs []toolnexusv1alpha1.HTTPHeader, what string) []tools.Header {
+			return r.headers(run.Namespace, hs, what)
+		},
+		HTTPClient: r.HTTPClient, IdempotencyPrefix: string(run.UID), OnEvent: observe, Clock: r.Clock.Now,
+		Tracer: r.Tracing.Loop(trace), MaxToolCallsPerTurn: r.MaxToolCallsPerTurn,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &stepper{Built: built, trace: trace}, nil
+}
+
+func (r *Reconciler) checkHeaders(ctx context.Context, namespace string, hs []toolnexusv1alpha1.HTTPHeader, what string) error {
+	for _, h := range hs {
+		if h.ValueFrom == nil {
+			continue
+		}
+		if _, err := r.readSecret(ctx, namespace, h.ValueFrom.SecretKeyRef, what+" "+h.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// headers turns header specs into tool headers whose Secret values are read on every request.
+func (r *Reconciler) headers(namespace string, hs []toolnexusv1alpha1.HTTPHeader, what string) []tools.Header {
+	out := make([]tools.Header, 0, len(hs))
+	for _, h := range hs {
+		th := tools.Header{Name: h.Name}
+		switch {
+		case h.Value != nil:
+			th.Value = *h.Value
+		case h.ValueFrom != nil:
+			ref, label := h.ValueFrom.SecretKeyRef, what+" "+h.Name
+			th.Resolve = func(ctx context.Context) (string, error) {
+				return r.readSecret(ctx, namespace, ref, label)
+			}
+		}
+		out = append(out, th)
+	}
+	return out
 }
