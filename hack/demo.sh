@@ -86,8 +86,10 @@ printf '%s\n' "$shown"
 grep -q "^UID: *$uid\$" <<<"$shown" || die "show printed another request than the one read (uid $uid)"
 
 step "alice pastes the approve command show printed: an answer bound to the request she saw"
-approve=$(sed -n 's/^ *\(kubectl toolnexus approve .*\)$/\1/p' <<<"$shown")
-[ -n "$approve" ] || die "show printed no approve command"
+# The command is built here from the request's name and uid, never taken from show's output (a
+# prompt a model wrote could hold a line that looks like one), and must be the one show printed.
+approve=$(cmdline kubectl toolnexus approve "$preq" -n "$ns" --uid "$uid")
+sed 's/^ *//' <<<"$shown" | grep -qxF -- "$approve" || die "show did not print the command: $approve"
 line="$approve $(cmdline --kubeconfig "$alice")"
 print_cmd "$line"
 eval "$line"
@@ -97,9 +99,8 @@ step "The tool is called again with the answer attached, and the run finishes"
 run kubectl -n "$ns" wait --for=condition=Succeeded ar/buy-gpu --timeout=120s
 run kubectl -n "$ns" get ar buy-gpu
 
-step "The run's final text"
-text=$(kubectl -n "$ns" get ar buy-gpu -o jsonpath='{.status.text}')
-printf '%s\n' "$text"
-[ -n "$text" ] || die "the run has no status.text"
+step "The run's final text (the plugin escapes what the model wrote)"
+[ -n "$(kubectl -n "$ns" get ar buy-gpu -o jsonpath='{.status.text}')" ] || die "the run has no status.text"
+run kubectl toolnexus wait buy-gpu -n "$ns" --timeout=10s
 
 printf '\n\033[1;32mDemo complete.\033[0m More samples, one per suspension kind: config/samples/. Run the stack yourself with: make dev\n'

@@ -39,7 +39,7 @@ In another terminal, paste these as they are:
   uid=\$(kubectl get preq "\$preq" -o jsonpath='{.metadata.uid}')
   kubectl toolnexus show "\$preq"        # what alice approves: the tool call, its arguments, the uid
   kubectl toolnexus approve "\$preq" --uid "\$uid" --kubeconfig $(shquote "$dev/kubeconfig-alice")
-  kubectl wait --for=condition=Succeeded ar/buy-gpu --timeout=120s && kubectl get ar buy-gpu -o jsonpath='{.status.text}{"\n"}'
+  kubectl wait --for=condition=Succeeded ar/buy-gpu --timeout=120s && kubectl toolnexus wait buy-gpu    # the final text, escaped
 
 Users: $dev/kubeconfig (admin), $dev/kubeconfig-alice (approver), $dev/kubeconfig-bob (not an approver).
 Logs: $dev/logs/. Metrics: http://$METRICS_ADDR/metrics. Ctrl-C stops everything.$earlier

@@ -1,6 +1,7 @@
 package agentrun
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -50,9 +51,17 @@ func (s *steps) of(key types.NamespacedName, uid types.UID) *runMemo {
 	return m
 }
 
-func (s *steps) put(key types.NamespacedName, o *stepOutcome) {
+// put keeps the outcome of a step whose job context is ctx, unless that context was cancelled (the
+// run was cancelled or deleted, or this process lost its leadership): then nothing may apply it,
+// and what it holds is given back now. Checked under the lock, as Cancel cancels the context before
+// the reconcile that cancels drops what is kept, so an outcome is never kept after that drop.
+func (s *steps) put(ctx context.Context, key types.NamespacedName, o *stepOutcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ctx.Err() != nil {
+		o.release()
+		return
+	}
 	m := s.of(key, o.uid)
 	m.outcome.release()
 	m.outcome = o

@@ -301,17 +301,15 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error)
 		s.events = append(o.events, s.events...)
 	}
 	if end != nil || s.run.Spec.Cancel {
-		wake, err := r.settle(ctx, s, end, nil)
-		if err != nil || st.Ended() || s.busy {
+		// A backoff it decides is kept in the memo (notBefore, below). The answers that came while
+		// the step ran, which no event brings again, are taken next, in this reconcile.
+		if _, err := r.settle(ctx, s, end, nil); err != nil || st.Ended() || s.busy {
 			return ctrl.Result{}, err
 		}
 		if end != nil {
 			if err := r.save(ctx, s); err != nil || st.Ended() {
 				return ctrl.Result{}, err
 			}
-		}
-		if !wake.IsZero() {
-			return kube.RequeueAt(wake, s.now), nil // a model failure backs off
 		}
 	}
 	if st.Ended() {

@@ -458,8 +458,8 @@ func TestConsumeAnswers(t *testing.T) {
 			e := newDecisionEnv(t, objs...)
 			st := stateOf(tc.calls...)
 			s := decisionScope(run, st, e.cached(t, cached...))
-			if err := consumeAnswers(ctx, e.r, s); err != nil {
-				t.Fatalf("consumeAnswers: %v", err)
+			if err := settleRequests(ctx, e.r, s); err != nil {
+				t.Fatalf("settleRequests: %v", err)
 			}
 
 			want := stateOf(tc.calls...)
@@ -486,9 +486,9 @@ func TestConsumeAnswers(t *testing.T) {
 	}
 }
 
-// consumeAnswers is what a reconcile does with a parked run's requests: read them as Settle needs
+// settleRequests is what a reconcile does with a parked run's requests: read them as Settle needs
 // them, settle, and carry out what it decides.
-func consumeAnswers(ctx context.Context, r *Reconciler, s *scope) error {
+func settleRequests(ctx context.Context, r *Reconciler, s *scope) error {
 	seen, err := r.seen(ctx, s)
 	if err != nil {
 		return err
@@ -507,8 +507,8 @@ func TestConsumeAnswersKeepsALateAnswerOverExpiry(t *testing.T) {
 	stale := map[string]*toolnexusv1alpha1.PendingRequest{call.Announced.Name: requestFor(t, run, call)}
 	st := stateOf(call)
 	s := decisionScope(run, st, stale)
-	if err := consumeAnswers(context.Background(), e.r, s); err != nil {
-		t.Fatalf("consumeAnswers: %v", err)
+	if err := settleRequests(context.Background(), e.r, s); err != nil {
+		t.Fatalf("settleRequests: %v", err)
 	}
 	checkEnded(t, st, "", call.Announced.Name)
 	if c := st.Calls[0]; c.Phase == loop.PhaseDone {

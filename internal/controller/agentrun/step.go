@@ -78,7 +78,7 @@ func (r *Reconciler) submitStep(s *scope, rt *stepper) {
 		}
 		// What the step read stays counted until the reconcile that takes the outcome saves it.
 		o.done = executor.Keep(ctx)
-		r.steps.put(key, o)
+		r.steps.put(ctx, key, o)
 	}, Done: func(ctx context.Context) {
 		// Once the key is free: the reconcile it wakes finds the step over and takes its outcome.
 		kube.Wake(ctx, r.steps.wake, wake)
