@@ -339,6 +339,7 @@ type AgentReference struct {
 // +kubebuilder:validation:XValidation:rule="has(self.suspension) == has(oldSelf.suspension)",message="spec.suspension cannot be added or removed after creation; create a new AgentRun instead"
 // +kubebuilder:validation:XValidation:rule="!has(self.suspension) || !has(oldSelf.suspension) || self.suspension == oldSelf.suspension",message="spec.suspension is immutable after creation; create a new AgentRun instead",fieldPath=".suspension"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot be added or removed after creation; create a new AgentRun instead"
+// +kubebuilder:validation:XValidation:rule="has(self.requestedBy) == has(oldSelf.requestedBy)",message="spec.requestedBy cannot be added or removed after creation: it records who created the run"
 type AgentRunSpec struct {
 	// agentRef names the Agent this run runs. At its first step the run snapshots the Agent's
 	// spec; editing or deleting the Agent afterwards does not change the run. Exactly one of
@@ -367,6 +368,14 @@ type AgentRunSpec struct {
 	// cancel stops the run: it ends with reason Cancelled and its open requests are cancelled.
 	// +optional
 	Cancel bool `json:"cancel,omitempty"`
+
+	// requestedBy is the user who created the run, stamped by the API server on creation (the
+	// toolnexus-requester-stamp MutatingAdmissionPolicy) and copied into each of its
+	// PendingRequests. Leave it out: a value other than the creator's own user name is refused.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.requestedBy is immutable: it records who created the run"
+	RequestedBy string `json:"requestedBy,omitempty"`
 }
 
 // RunPhase is a display summary of the run's conditions.

@@ -99,6 +99,11 @@ type PendingRequestSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
 	Notify []NotifySink `json:"notify,omitempty"`
+
+	// requestedBy is the user who created the run, copied from its spec.requestedBy.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	RequestedBy string `json:"requestedBy,omitempty"`
 }
 
 // RequestPhase is a display summary of the request's conditions.

@@ -130,6 +130,7 @@ func (o *options) runShow(ctx context.Context, name string) error {
 	field("Namespace", pr.Namespace)
 	field("UID", string(pr.UID))
 	field("Run", pr.Spec.RunRef.Name)
+	field("Requested by", pr.Spec.RequestedBy)
 	field("Phase", phaseOf(pr))
 	field("Age", age(pr.CreationTimestamp, time.Now()))
 	b.WriteString("\nRequest\n")

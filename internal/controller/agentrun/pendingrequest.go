@@ -64,6 +64,7 @@ func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1a
 				ID: req.ID, Kind: req.Kind, Prompt: req.Prompt, URL: req.URL, Data: data,
 				ExpiresAt: req.ExpiresAt,
 			},
+			RequestedBy: run.Spec.RequestedBy,
 		},
 	}
 	if s := suspension; s != nil && s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0) {
