@@ -59,8 +59,37 @@ subjects:
 			return err
 		}
 	}
+	if err := c.waitServed(ctx); err != nil {
+		return err
+	}
 	c.log.Info("Installed the CRDs and whatever of config/policies and config/rbac exists")
 	return nil
+}
+
+// probeRun is what waitServed asks the API server to create, dry run only.
+const probeRun = `apiVersion: toolnexus.dev/v1alpha1
+kind: AgentRun
+metadata: {name: install-probe, namespace: default}
+spec: {prompt: probe, model: {name: probe}}
+`
+
+// waitServed waits until an AgentRun can be created. An admission policy over a kind of a CRD just
+// established refuses its creates (ServiceUnavailable, "Resource kind ... not found") until the API
+// server publishes the kind's schema, a few seconds later: whoever pastes the first command after
+// the stack says it is ready must not meet that.
+func (c *cluster) waitServed(ctx context.Context) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := c.kubectlStdin(ctx, probeRun, "create", "--dry-run=server", "-f", "-")
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // apply applies server-side, retrying briefly: a policy binding may name a policy or a kind the

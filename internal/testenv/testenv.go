@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -168,7 +169,30 @@ func Install(ctx context.Context, c client.Client, dirs ...string) error {
 			}
 		}
 	}
-	return nil
+	return waitServed(ctx, c)
+}
+
+// waitServed waits until an AgentRun can be created: an admission policy over a kind of a CRD just
+// established refuses its creates (ServiceUnavailable, "Resource kind ... not found") until the
+// API server publishes the kind's schema, a few seconds later.
+func waitServed(ctx context.Context, c client.Client) error {
+	probe := &toolnexusv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "install-probe", Namespace: ManagerNamespace},
+		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "probe", AgentSpec: toolnexusv1alpha1.AgentSpec{Model: toolnexusv1alpha1.ModelSpec{Name: "probe"}}}}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		if err == nil || time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("an AgentRun cannot be created after the install: %w", err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment ago.
