@@ -172,30 +172,6 @@ func unsealed(st *state.State, segments []SegmentRef) (*state.State, error) {
 	return &rest, nil
 }
 
-// encodingBytes is what saving st may hold at its peak: its unsealed texts as JSON (escaping
-// can double a text), that JSON's growing buffer, and the compressed copy, about four times the
-// texts, and the head encoded again after a seal or a spill.
-func encodingBytes(st *state.State, segments []SegmentRef) int64 {
-	msgs, calls := sealed(segments)
-	var n int64
-	for _, m := range st.Messages[min(msgs, len(st.Messages)):] {
-		n += int64(len(m.Content))
-		for _, tc := range m.ToolCalls {
-			n += int64(len(tc.Arguments))
-		}
-	}
-	for _, c := range st.ToolCalls[min(calls, len(st.ToolCalls)):] {
-		n += int64(len(c.Output) + len(c.Arguments))
-	}
-	for _, c := range st.Calls {
-		n += int64(len(c.Args) + len(c.Arguments))
-		if c.Result != nil {
-			n += int64(len(c.Result.Output))
-		}
-	}
-	return 4*n + 64<<10
-}
-
 // encodeHead encodes the head for st: st without the messages and tool calls its segments hold,
 // and the agent snapshot, if any. With a spill the head holds no state: the spill does.
 func encodeHead(st *state.State, segments []SegmentRef, agent *AgentSnapshot, spill *Blob) ([]byte, int, error) {

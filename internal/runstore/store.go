@@ -29,7 +29,6 @@ import (
 	"strconv"
 	"sync"
 
-	"golang.org/x/sync/semaphore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,9 +52,6 @@ const (
 	// DefaultMaxRawBytes bounds a run's record decoded: what a reconcile holds in memory.
 	// Compressible tool output must not grow past it however well it compresses.
 	DefaultMaxRawBytes = 32 << 20
-	// DefaultMaxEncodingBytes bounds the memory saves in progress hold while they encode: room for
-	// eight saves of a typical run, or one of a state near DefaultMaxRawBytes (which goes alone).
-	DefaultMaxEncodingBytes int64 = 96 << 20
 	// sealedOutputBytes is how much of a tool call's output its sealed summary keeps: the whole
 	// output is in the transcript's tool message already.
 	sealedOutputBytes = 1024
@@ -67,10 +63,6 @@ type Limits struct {
 	MaxBytes int
 	// MaxRawBytes bounds the record decoded (--max-transcript-decoded-size).
 	MaxRawBytes int
-	// MaxEncodingBytes bounds the memory the saves in progress may hold at once while they encode
-	// (the JSON, its compressed copy, the buffers between): a save waits for room, so many runs
-	// saving big states at once cannot take the manager past its memory limit.
-	MaxEncodingBytes int64
 }
 
 func (l Limits) withDefaults() Limits {
@@ -79,9 +71,6 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxRawBytes <= 0 {
 		l.MaxRawBytes = DefaultMaxRawBytes
-	}
-	if l.MaxEncodingBytes <= 0 {
-		l.MaxEncodingBytes = DefaultMaxEncodingBytes
 	}
 	return l
 }
@@ -129,8 +118,6 @@ type Store struct {
 
 	mu       sync.Mutex
 	versions map[types.NamespacedName]version
-	// encoding admits saves by what their encoding may hold (see Limits.MaxEncodingBytes).
-	encoding *semaphore.Weighted
 }
 
 // version is the resourceVersion of the head of the record of the run with uid.
@@ -141,9 +128,8 @@ type version struct {
 
 // New returns a Store that writes with c and reads with reader (the manager's API reader).
 func New(c client.Client, reader client.Reader, scheme *runtime.Scheme, limits Limits) *Store {
-	limits = limits.withDefaults()
-	return &Store{client: c, reader: reader, scheme: scheme, limits: limits,
-		versions: map[types.NamespacedName]version{}, encoding: semaphore.NewWeighted(limits.MaxEncodingBytes)}
+	return &Store{client: c, reader: reader, scheme: scheme, limits: limits.withDefaults(),
+		versions: map[types.NamespacedName]version{}}
 }
 
 // Limits are the bounds the store keeps records within.
@@ -276,13 +262,6 @@ func (s *Store) headOf(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (*t
 // parts of its own. A record that would pass one of its bounds is not written: Save returns a
 // *TooLargeError naming the bound.
 func (s *Store) Save(ctx context.Context, run *toolnexusv1alpha1.AgentRun, rec *Record) error {
-	// Saves that hold other saves' room never wait for anything but the API server, so waiting
-	// here cannot deadlock; one that needs more than the whole bound goes alone.
-	hold := min(encodingBytes(rec.State, rec.segments), s.limits.MaxEncodingBytes)
-	if err := s.encoding.Acquire(ctx, hold); err != nil {
-		return err
-	}
-	defer s.encoding.Release(hold)
 	data, raw, err := encodeHead(rec.State, rec.segments, rec.Agent, nil)
 	if err != nil {
 		return fmt.Errorf("encoding the record: %w", err)

@@ -11,7 +11,6 @@ import (
 	mathrand "math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -625,39 +624,4 @@ func TestLoadReadsRecordsWrittenBeforeParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameState(t, rec.State, again.State)
-}
-
-// Saves wait for room to encode: while other saves hold what the bound allows, a save waits (here
-// until its context ends, writing nothing), and goes on once they are done; one bigger than the
-// whole bound goes alone.
-func TestSavesWaitForRoomToEncode(t *testing.T) {
-	ctx := context.Background()
-	run := testRun()
-	c := fakeClient(t, run)
-	const bound = 8 << 20
-	s := newStore(c, Limits{MaxEncodingBytes: bound})
-	rng := mathrand.New(mathrand.NewPCG(5, 6))
-	rec := &Record{State: state.New(run.Spec.Prompt)}
-	addTurn(rec.State, rng, incompressible(t, 4<<20)) // needs more than the whole bound
-	if need := encodingBytes(rec.State, nil); need <= bound {
-		t.Fatalf("the state needs %d bytes to encode, want more than the bound %d", need, bound)
-	}
-	if err := s.encoding.Acquire(ctx, 1); err != nil { // another save holds a little
-		t.Fatal(err)
-	}
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	if err := s.Save(short, run, rec); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Save while another save encodes = %v, want it to wait until its context ends", err)
-	}
-	if n := len(records(t, c, run)); n != 0 {
-		t.Fatalf("%d AgentRunRecords written by a save that waited, want none", n)
-	}
-	s.encoding.Release(1)
-	if err := s.Save(ctx, run, rec); err != nil {
-		t.Fatalf("Save once the room is free: %v", err)
-	}
-	if !s.encoding.TryAcquire(bound) {
-		t.Fatal("the save did not give its room back")
-	}
 }
