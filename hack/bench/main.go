@@ -125,7 +125,7 @@ func main() {
 	flag.IntVar(&c.scaleNamespaces, "scale-namespaces", 20, "scale: namespaces the runs are spread over.")
 	flag.DurationVar(&c.scaleDelay, "scale-delay", time.Second, "scale: how long the model takes to answer.")
 	flag.DurationVar(&c.scaleTimeout, "scale-timeout", 15*time.Minute, "scale: the longest the runs may take; what is done by then is reported.")
-	flag.StringVar(&c.goMemLimit, "manager-gomemlimit", "512000KiB", "The manager's GOMEMLIMIT, as config/manager sets it under its 512Mi limit; empty runs it without.")
+	flag.StringVar(&c.goMemLimit, "manager-gomemlimit", "384MiB", "The manager's GOMEMLIMIT, as the manager sets it itself under config/manager's 512Mi limit (75%); empty runs it without.")
 	var memoryLimitMiB int64
 	flag.Int64Var(&memoryLimitMiB, "memory-limit", 512, "hostile: the Deployment's memory limit in MiB, that the manager's peak RSS is measured against.")
 	flag.IntVar(&c.hostileBig, "hostile-big", 20, "hostile: runs in one namespace whose model answers each with -hostile-big-size of text.")
