@@ -3,6 +3,7 @@ package controller_test
 import (
 	"bytes"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,3 +116,15 @@ const eventually = 20 * time.Second
 // notifyPolicy makes the notifier's retries quick: 4 attempts, 50ms apart and doubling. An attempt
 // keeps the default bound (10s), so a hung sink holds its attempt well past a run's end.
 var notifyPolicy = notify.Policy{MaxAttempts: 4, Base: 50 * time.Millisecond, Cap: time.Second, Timeout: 10 * time.Second}
+
+// logLinesWith is every line the suite logged so far that contains s: what a test that searches
+// the log for a secret prints when it finds one.
+func logLinesWith(s string) []string {
+	var out []string
+	for _, line := range strings.Split(managerLog.String(), "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
