@@ -157,11 +157,14 @@ func (r *Reconciler) runsWaitingFor(ctx context.Context, secret client.Object) [
 	return out
 }
 
-// runsOfAgent maps an Agent to the runs of it that wait for it to exist (reason AgentNotFound):
-// a run that has its snapshot never reads the Agent again.
+// runsOfAgent maps an Agent to the runs of it that have not started: only those read it (a run
+// takes its snapshot before its first step, and one that waits for its Agent has not started).
+// Judged by whether the status says it started rather than by its reason (AgentNotFound), which the
+// cache may not show yet when the Agent appears right after the run; waking a run that has not
+// started reads no record.
 func (r *Reconciler) runsOfAgent(ctx context.Context, agent client.Object) []reconcile.Request {
 	return r.runsWhere(ctx, agent.GetNamespace(), agentRefIndexField, agent.GetName(), func(run *toolnexusv1alpha1.AgentRun) bool {
-		return conditionOf(run, toolnexusv1alpha1.ConditionSucceeded).Reason == toolnexusv1alpha1.ReasonAgentNotFound
+		return !run.Status.Started()
 	})
 }
 
