@@ -116,20 +116,27 @@ func TestToolExpiryOnlyShortens(t *testing.T) {
 		timeout time.Duration
 		expires string // the tool's own expiresAt
 		want    string
+		gated   bool // the suspension is an approval gate's
 	}{
-		{"none gets now+timeout", time.Hour, "", "2026-01-02T04:04:05Z"},
-		{"an earlier one stands, in UTC", time.Hour, "2026-01-02T04:30:00+01:00", "2026-01-02T03:30:00Z"},
-		{"a later one is cut to now+timeout", time.Hour, "2030-01-01T00:00:00Z", "2026-01-02T04:04:05Z"},
-		{"one just past the timeout is cut", time.Hour, "2026-01-02T04:04:06Z", "2026-01-02T04:04:05Z"},
-		{"one in the past stands", time.Hour, "2020-01-01T00:00:00Z", "2020-01-01T00:00:00Z"},
-		{"fractions of a second are dropped", time.Hour, "2026-01-02T03:10:00.999Z", "2026-01-02T03:10:00Z"},
-		{"without a timeout the tool's stands", 0, "2030-01-01T01:00:00+01:00", "2030-01-01T00:00:00Z"},
-		{"without either, never", 0, "", ""},
+		{"none gets now+timeout", time.Hour, "", "2026-01-02T04:04:05Z", false},
+		{"a gate's request too", 30 * time.Minute, "", "2026-01-02T03:34:05Z", true},
+		{"an earlier one stands, in UTC", time.Hour, "2026-01-02T04:30:00+01:00", "2026-01-02T03:30:00Z", false},
+		{"a later one is cut to now+timeout", time.Hour, "2030-01-01T00:00:00Z", "2026-01-02T04:04:05Z", false},
+		{"one just past the timeout is cut", time.Hour, "2026-01-02T04:04:06Z", "2026-01-02T04:04:05Z", false},
+		{"one in the past stands", time.Hour, "2020-01-01T00:00:00Z", "2020-01-01T00:00:00Z", false},
+		{"fractions of a second are dropped", time.Hour, "2026-01-02T03:10:00.999Z", "2026-01-02T03:10:00Z", false},
+		{"without a timeout the tool's stands", 0, "2030-01-01T01:00:00+01:00", "2030-01-01T00:00:00Z", false},
+		{"without either, never", 0, "", "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := looptest.New(t, looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "act", Arguments: `{}`}))
-			mut := func(o *Options) { o.SuspensionTimeout, o.Clock = tc.timeout, func() time.Time { return now } }
+			mut := func(o *Options) {
+				o.SuspensionTimeout, o.Clock = tc.timeout, func() time.Time { return now }
+				if tc.gated {
+					o.Hooks.BeforeTool = (&gate{}).hook
+				}
+			}
 			req := tools.Request{ID: "r1", Kind: tools.KindApproval, Prompt: "ok?", ExpiresAt: tc.expires}
 			tool := suspending("act", req, func(tools.Answer) string { return "done" })
 			c, tk, st := newClient(t, srv.URL, mut), toolkit(t, tool), NewState("go")
