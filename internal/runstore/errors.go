@@ -22,8 +22,8 @@ func corrupt(format string, args ...any) error {
 	return &CorruptError{Reason: toolnexusv1alpha1.ReasonTranscriptCorrupt, Err: fmt.Errorf(format, args...)}
 }
 
-// Mismatch is a CorruptError with reason StateMismatch: the record and the cluster disagree.
-func Mismatch(format string, args ...any) error {
+// mismatch is a CorruptError with reason StateMismatch: the record and the cluster disagree.
+func mismatch(format string, args ...any) error {
 	return &CorruptError{Reason: toolnexusv1alpha1.ReasonStateMismatch, Err: fmt.Errorf(format, args...)}
 }
 

@@ -48,7 +48,7 @@ func Read(ctx context.Context, rd client.Reader, run *toolnexusv1alpha1.AgentRun
 		return nil, err
 	}
 	if head.Run.UID != string(run.UID) {
-		return nil, Mismatch("AgentRunRecord %s belongs to run %s (uid %s), not to this run", head.Name, head.Run.Name, head.Run.UID)
+		return nil, mismatch("AgentRunRecord %s belongs to run %s (uid %s), not to this run", head.Name, head.Run.Name, head.Run.UID)
 	}
 	return decodeRecord(ctx, rd, run, head, maxRawBytes, &client.GetOptions{})
 }
@@ -59,7 +59,7 @@ func Read(ctx context.Context, rd client.Reader, run *toolnexusv1alpha1.AgentRun
 func decodeRecord(ctx context.Context, rd client.Reader, run *toolnexusv1alpha1.AgentRun, head *toolnexusv1alpha1.AgentRunRecord,
 	budget int, opts *client.GetOptions) (*Record, error) {
 	if head.Part != toolnexusv1alpha1.RecordPartHead {
-		return nil, Mismatch("AgentRunRecord %s is a %s, not the head of the run's record", head.Name, head.Part)
+		return nil, mismatch("AgentRunRecord %s is a %s, not the head of the run's record", head.Name, head.Part)
 	}
 	h := &Head{}
 	n, err := Decode(head.Data, h, budget)
@@ -144,12 +144,12 @@ func readBlob(ctx context.Context, rd client.Reader, run *toolnexusv1alpha1.Agen
 		obj := &toolnexusv1alpha1.AgentRunRecord{}
 		if err := rd.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: name}, obj, opts); err != nil {
 			if apierrors.IsNotFound(err) {
-				return 0, Mismatch("%s of the run's record is gone", desc)
+				return 0, mismatch("%s of the run's record is gone", desc)
 			}
 			return 0, fmt.Errorf("reading %s: %w", desc, err)
 		}
 		if obj.Run.UID != string(run.UID) || obj.Part != toolnexusv1alpha1.RecordPartSegment || int(obj.Index) != index {
-			return 0, Mismatch("AgentRunRecord %s is not %s of this run's record", name, role)
+			return 0, mismatch("AgentRunRecord %s is not %s of this run's record", name, role)
 		}
 		if b.parts() == 1 {
 			data = obj.Data

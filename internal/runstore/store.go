@@ -26,20 +26,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop/state"
 )
 
@@ -185,7 +184,7 @@ func (s *Store) Load(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (*Rec
 	head, opts, err := s.headOf(ctx, run)
 	if apierrors.IsNotFound(err) {
 		if run.Status.Started() {
-			return nil, Mismatch("the run has started but its record AgentRunRecord %s is gone", HeadName(run.Name))
+			return nil, mismatch("the run has started but its record AgentRunRecord %s is gone", HeadName(run.Name))
 		}
 		return fresh, nil
 	}
@@ -273,7 +272,7 @@ func (s *Store) Save(ctx context.Context, run *toolnexusv1alpha1.AgentRun, rec *
 	if len(data) > sealAt && (msgs < len(rec.State.Messages) || calls < len(rec.State.ToolCalls)) {
 		seg = &Segment{Messages: rec.State.Messages[msgs:]}
 		for _, c := range rec.State.ToolCalls[calls:] {
-			c.Output = truncate(c.Output, sealedOutputBytes)
+			c.Output = clip.Marked(c.Output, sealedOutputBytes)
 			seg.ToolCalls = append(seg.ToolCalls, c)
 		}
 		var segRaw int
@@ -391,7 +390,7 @@ func (s *Store) writeParts(ctx context.Context, run *toolnexusv1alpha1.AgentRun,
 			old := &toolnexusv1alpha1.AgentRunRecord{}
 			if err = s.reader.Get(ctx, client.ObjectKeyFromObject(obj), old); err == nil {
 				if old.Run.UID != string(run.UID) {
-					return Mismatch("AgentRunRecord %s belongs to run %s, not to this run; rename the run", old.Name, old.Run.Name)
+					return mismatch("AgentRunRecord %s belongs to run %s, not to this run; rename the run", old.Name, old.Run.Name)
 				}
 				obj.ResourceVersion = old.ResourceVersion
 				err = s.client.Update(ctx, obj)
@@ -442,7 +441,7 @@ func (s *Store) createHead(ctx context.Context, run *toolnexusv1alpha1.AgentRun,
 // deleteEarlierHead deletes a head that is not run's: one left by a deleted run of the same name
 // that the garbage collector has not removed yet. Any other fails the run closed.
 func (s *Store) deleteEarlierHead(ctx context.Context, run *toolnexusv1alpha1.AgentRun, head *toolnexusv1alpha1.AgentRunRecord) error {
-	notOurs := Mismatch("AgentRunRecord %s belongs to run %s (uid %s), not to this run; rename the run", head.Name, head.Run.Name, head.Run.UID)
+	notOurs := mismatch("AgentRunRecord %s belongs to run %s (uid %s), not to this run; rename the run", head.Name, head.Run.Name, head.Run.UID)
 	if head.Run.Name != run.Name || run.Status.Started() {
 		return notOurs
 	}
@@ -500,18 +499,6 @@ func (s *Store) object(run *toolnexusv1alpha1.AgentRun, n int, data []byte) (*to
 	}
 	// The label lets `kubectl get arrec -l toolnexus.dev/run=...` find a run's records; a name
 	// that is no valid label value goes without.
-	if len(validation.IsValidLabelValue(run.Name)) == 0 {
-		obj.Labels = map[string]string{toolnexusv1alpha1.RunLabel: run.Name}
-	}
+	obj.Labels = kube.RunLabels(run.Name)
 	return obj, controllerutil.SetControllerReference(run, obj, s.scheme)
-}
-
-// truncate cuts a sealed summary's output to n bytes, saying how long it was, as the run's status
-// cuts outputs.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	note := "… [truncated " + strconv.Itoa(len(s)) + " bytes]"
-	return clip.Bytes(s, n-len(note)) + note
 }
