@@ -142,3 +142,18 @@ func (s *AgentRunStatus) Started() bool { return s.TranscriptRef != nil || s.Sta
 
 // StatusConditions gives condition helpers the request's conditions to set.
 func (p *PendingRequest) StatusConditions() *[]metav1.Condition { return &p.Status.Conditions }
+
+// StatusConditions gives condition helpers the policy's conditions to set.
+func (p *ApprovalPolicy) StatusConditions() *[]metav1.Condition { return &p.Status.Conditions }
+
+// QuorumAnswerer is the answeredBy value of the answer the manager writes once a request that
+// needs several approvals (spec.required > 1) is decided by its status.approvals.
+const QuorumAnswerer = "system:quorum"
+
+// AuditFinalizer keeps a PendingRequest until the manager has delivered its audit events
+// (--audit-sink-url), so deleting its run cannot lose them.
+const AuditFinalizer = "toolnexus.dev/audit"
+
+// ReasonInvalidPolicy: the ApprovalPolicy's selectors, when or prompt cannot be used; it refuses
+// every call it would gate until fixed.
+const ReasonInvalidPolicy = "InvalidPolicy"

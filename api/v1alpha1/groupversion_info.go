@@ -22,7 +22,7 @@ var (
 
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion, &AgentRun{}, &AgentRunList{}, &PendingRequest{}, &PendingRequestList{},
-		&AgentRunRecord{}, &AgentRunRecordList{}, &Agent{}, &AgentList{})
+		&AgentRunRecord{}, &AgentRunRecordList{}, &Agent{}, &AgentList{}, &ApprovalPolicy{}, &ApprovalPolicyList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -15,7 +15,7 @@ const (
 )
 
 // NotifyEvent is a moment in a PendingRequest's life that a sink can be told about.
-// +kubebuilder:validation:Enum=Opened;Answered;Expired
+// +kubebuilder:validation:Enum=Opened;Answered;Expired;Escalated
 type NotifyEvent string
 
 const (
@@ -25,6 +25,9 @@ const (
 	NotifyAnswered NotifyEvent = "Answered"
 	// NotifyExpired: the request expired unanswered (spec.suspension.timeout).
 	NotifyExpired NotifyEvent = "Expired"
+	// NotifyEscalated: an escalation step of the request's policy applied; only the step's own
+	// sinks are told.
+	NotifyEscalated NotifyEvent = "Escalated"
 )
 
 // NotifySink is one receiver of the notifications of a run's PendingRequests.

@@ -104,6 +104,29 @@ type PendingRequestSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	RequestedBy string `json:"requestedBy,omitempty"`
+
+	// policy names the ApprovalPolicy, and the generation applied, whose gate this request is.
+	// Unset for the run's own gates and for a tool's own suspensions.
+	// +optional
+	Policy *PolicyReference `json:"policy,omitempty"`
+
+	// required is how many distinct approvers must approve (from the policy; default 1). Above 1,
+	// approvers add entries to status.approvals and the manager writes the answer.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	Required int32 `json:"required,omitempty"`
+
+	// excludeRequester refuses an answer or approval entry from requestedBy (from the policy).
+	// +optional
+	ExcludeRequester bool `json:"excludeRequester,omitempty"`
+
+	// escalation are the policy's escalation steps: once a step's after has passed since the
+	// request was created, its approvers may approve too.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4
+	Escalation []EscalationStep `json:"escalation,omitempty"`
 }
 
 // RequestPhase is a display summary of the request's conditions.
@@ -158,8 +181,33 @@ type PendingRequestStatus struct {
 	// +listType=map
 	// +listMapKey=sink
 	// +listMapKey=event
-	// +kubebuilder:validation:MaxItems=24
+	// +kubebuilder:validation:MaxItems=48
 	Notifications []NotificationRecord `json:"notifications,omitempty"`
+
+	// approvals are the approvers' decisions on a request that needs several (spec.required > 1),
+	// one entry per user, each written by its own user and never changed:
+	// `kubectl toolnexus approve NAME` adds yours.
+	// +optional
+	// +listType=map
+	// +listMapKey=user
+	// +kubebuilder:validation:MaxItems=32
+	Approvals []ApprovalEntry `json:"approvals,omitempty"`
+
+	// escalations records the escalation steps the manager applied. Only the manager writes it.
+	// +optional
+	// +listType=map
+	// +listMapKey=step
+	// +kubebuilder:validation:MaxItems=4
+	Escalations []EscalationRecord `json:"escalations,omitempty"`
+
+	// audited lists the audit events (requested, approval/<user>, answered, expired, cancelled,
+	// executed) the manager delivered to --audit-sink-url. Only the manager writes it; the
+	// finalizer toolnexus.dev/audit stays until every event of the request is in it.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=40
+	// +kubebuilder:validation:items:MaxLength=560
+	Audited []string `json:"audited,omitempty"`
 }
 
 // PendingRequest is one suspended tool call, waiting for an answer in status.answer.

@@ -90,10 +90,28 @@ type Call struct {
 	// Approval is the gate's answer once the approved tool, run for the first time, suspended on
 	// its own: the call then waits on a second request, the tool's own.
 	Approval *wire.Answer `json:"approval,omitempty"`
+	// Gate describes the gate a Gated call waits on, as its host defined it, so the host can
+	// publish the same request again after a crash.
+	Gate *Gate `json:"gate,omitempty"`
+	// Passed are the keys of the gates that approved this call so far, in order. A call may be
+	// gated several times (a platform's policies and its run's own gates); it runs only once
+	// BeforeTool raises no gate outside Passed.
+	Passed []string `json:"passed,omitempty"`
 	// Announced says where the host published the open suspension for its answerers (for the
 	// operator, the PendingRequest it created). The loop does not interpret it; the host reads
 	// answers only from the object named here.
 	Announced *Announcement `json:"announced,omitempty"`
+}
+
+// Gate is what a host said about an approval gate it raised (BeforeTool's ToolOverride.Gate).
+type Gate struct {
+	// Key tells the gate from the call's other gates (for the operator, "run" or "policy/<name>").
+	Key string `json:"key"`
+	// OnTimeout is what expiry of this gate's request does to the run ("Decline" or "Fail"); empty:
+	// the run's own onTimeout.
+	OnTimeout string `json:"onTimeout,omitempty"`
+	// Terms are the host's description of who decides the gate, opaque to the loop.
+	Terms json.RawMessage `json:"terms,omitempty"`
 }
 
 // Announcement names the object a host published a suspension as.
@@ -276,5 +294,10 @@ func (c Call) clone() Call {
 		c.Announced = &a
 	}
 	c.Answer, c.Approval = dup(c.Answer), dup(c.Approval)
+	c.Passed = append([]string(nil), c.Passed...)
+	if c.Gate != nil {
+		g := *c.Gate
+		c.Gate = &g
+	}
 	return c
 }
