@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
 	"github.com/toolnexus/operator/internal/tools/wire"
 )
@@ -24,6 +25,9 @@ type execution struct {
 	// args are the arguments the call ran with (after BeforeTool).
 	args  map[string]any
 	gated bool
+	// gate is the gate a gated suspension waits on, and passed the gates the call passed before it.
+	gate   *state.Gate
+	passed []string
 	// retried is set when the call ran with its own answer: a suspension then is unresolved.
 	retried bool
 	event   Event
@@ -102,10 +106,13 @@ func (c *Client) suspend(call *Call, o *execution) (Call, bool) {
 		return Call{}, false
 	}
 	next := Call{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Args: string(args),
-		Phase: PhaseSuspended, Request: req, Gated: o.gated, Approval: call.Approval}
-	if call.Gated {
+		Phase: PhaseSuspended, Request: req, Gated: o.gated, Approval: call.Approval, Passed: call.Passed}
+	switch {
+	case o.gated:
+		next.Gate, next.Passed = o.gate, o.passed
+	case call.Gated:
 		// The approved tool ran for the first time and suspended on its own: a new suspension.
-		next.Approval = call.Answer
+		next.Approval, next.Passed = call.Answer, passedWith(*call)
 	}
 	return next, true
 }
@@ -191,6 +198,7 @@ func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit,
 		if ov != nil && ov.Result != nil {
 			o.result, o.args = *ov.Result, args
 			o.gated = tools.PendingOf(o.result) != nil
+			o.gate = ov.Gate
 			return finish(o)
 		}
 	}
@@ -217,6 +225,17 @@ func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Too
 		o.result = tools.ToolResult{Output: fmt.Sprintf("%s: the arguments it was answered for are unreadable", call.Name), IsError: true}
 		return o
 	}
+	if call.Gated {
+		if next := c.nextGate(ctx, call, o.args, turn); next != nil {
+			if next.err == nil && tools.PendingOf(next.result) == nil {
+				// BeforeTool answered for the tool (a gate that refuses the call): its result is final.
+				next.result, next.err = c.afterTool(ctx, call, o.args, next.result, turn)
+			}
+			next.event = Event{Kind: EventTool, Tool: call.Name, Source: tool.Source, Duration: c.now().Sub(start),
+				Pending: next.gated, IsError: next.result.IsError && !next.gated}
+			return next
+		}
+	}
 	key := c.idempotencyKey(call.ID)
 	if o.retried {
 		key += "/answer"
@@ -231,6 +250,38 @@ func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Too
 	}
 	o.result, o.err = c.afterTool(ctx, call, o.args, o.result, turn)
 	return o
+}
+
+// nextGate asks BeforeTool whether a call that a gate just approved must pass another one. It
+// returns nil when none is raised and the tool may run, or the execution that stops it: a new
+// gated suspension, a result that replaces the tool's, or a hook error.
+func (c *Client) nextGate(ctx context.Context, call Call, args map[string]any, turn int) *execution {
+	h := c.opts.Hooks.BeforeTool
+	if h == nil {
+		return nil
+	}
+	passed := passedWith(call)
+	ov, err := h(ctx, BeforeToolEvent{Name: call.Name, Args: args, ID: call.ID, Turn: turn, Passed: passed})
+	if err != nil {
+		return &execution{err: fmt.Errorf("loop: BeforeTool hook for %s: %w", call.Name, err)}
+	}
+	if ov == nil || ov.Result == nil {
+		return nil
+	}
+	o := &execution{result: *ov.Result, args: args, passed: passed}
+	if tools.PendingOf(o.result) != nil {
+		o.gated, o.gate = true, ov.Gate
+	}
+	return o
+}
+
+// passedWith is the gates a gated call has passed once the gate it waits on approved.
+func passedWith(call Call) []string {
+	key := ""
+	if call.Gate != nil {
+		key = call.Gate.Key
+	}
+	return append(append([]string(nil), call.Passed...), key)
 }
 
 func (c *Client) afterTool(ctx context.Context, call Call, args map[string]any, res tools.ToolResult, turn int) (tools.ToolResult, error) {

@@ -2,6 +2,9 @@ package loop
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -70,9 +74,12 @@ func (g *gate) hook(_ context.Context, ev BeforeToolEvent) (*ToolOverride, error
 	g.mu.Lock()
 	g.calls++
 	g.mu.Unlock()
+	if slices.Contains(ev.Passed, "guard") {
+		return nil, nil
+	}
 	r := tools.Pending(tools.Request{ID: "toolguard:" + ev.ID, Kind: tools.KindApproval, Prompt: "Approve the call to " + ev.Name + "?",
 		Data: map[string]any{"tool": ev.Name}})
-	return &ToolOverride{Result: &r}, nil
+	return &ToolOverride{Result: &r, Gate: &state.Gate{Key: "guard"}}, nil
 }
 
 func TestGatedCall(t *testing.T) {
@@ -80,12 +87,14 @@ func TestGatedCall(t *testing.T) {
 		name     string
 		answer   tools.Answer
 		wantRuns []string // idempotency keys the tool saw
-		want     toolResult
+		// consulted is how often the gate was asked: once for the call, again once it approved.
+		consulted int
+		want      toolResult
 	}{
 		{"approved runs once with the answer", tools.Answer{ID: "toolguard:call_1", OK: true},
-			[]string{"uid-1/call_1"}, toolResult{ID: "call_1", Content: "deleted"}},
+			[]string{"uid-1/call_1"}, 2, toolResult{ID: "call_1", Content: "deleted"}},
 		{"declined never runs", tools.AnswerDeclined("toolguard:call_1", ""),
-			nil, toolResult{ID: "call_1", Content: "declined/expired: Approve the call to delete_db?\nreason: declined"}},
+			nil, 1, toolResult{ID: "call_1", Content: "declined/expired: Approve the call to delete_db?\nreason: declined"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,14 +130,102 @@ func TestGatedCall(t *testing.T) {
 			if diff := cmp.Diff(tc.wantRuns, runs); diff != "" {
 				t.Errorf("tool runs (-want +got):\n%s", diff)
 			}
-			if g.calls != 1 {
-				t.Errorf("the gate was consulted %d times, want 1", g.calls)
+			if g.calls != tc.consulted {
+				t.Errorf("the gate was consulted %d times, want %d", g.calls, tc.consulted)
 			}
 			if diff := cmp.Diff([]toolResult{tc.want}, sentToolResults(t, srv.Requests()[1])); diff != "" {
 				t.Errorf("results sent (-want +got):\n%s", diff)
 			}
 		})
 	}
+}
+
+// chain gates a call first by "policy/a", then by "run": each raises its own request once the
+// gates before it approved, as the operator's platform policies and a run's own gates do.
+// refuse, when set, makes the run gate refuse the call outright instead.
+func chain(refuse bool) Hooks {
+	return Hooks{BeforeTool: func(_ context.Context, ev BeforeToolEvent) (*ToolOverride, error) {
+		for _, key := range []string{"policy/a", "run"} {
+			if slices.Contains(ev.Passed, key) {
+				continue
+			}
+			if key == "run" && refuse {
+				r := tools.ToolResult{Output: "refused by the run gate", IsError: true}
+				return &ToolOverride{Result: &r}, nil
+			}
+			r := tools.Pending(tools.Request{ID: key + ":" + ev.ID, Kind: tools.KindApproval, Prompt: "Approve for " + key + "?"})
+			// A rewrite while a later gate is raised is ignored: the call runs with what the
+			// first approver saw.
+			return &ToolOverride{Result: &r, Args: map[string]any{"db": "other"}, Gate: &state.Gate{Key: key, OnTimeout: state.OnTimeoutFail}}, nil
+		}
+		return nil, nil
+	}}
+}
+
+func TestCallPassesEveryGate(t *testing.T) {
+	cases := []struct {
+		name    string
+		refuse  bool
+		second  tools.Answer // to the run gate; zero when the gate refuses instead
+		runs    []string
+		result  string
+	}{
+		{"both approve: runs once", false, tools.Answer{OK: true}, []string{`call_1 {"db":"other"}`}, "deleted"},
+		{"second declines: never runs", false, tools.AnswerDeclined("", "no"), nil, "declined/expired: Approve for run?\nreason: no"},
+		{"second refuses: never runs", true, tools.Answer{}, nil, "refused by the run gate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := looptest.New(t,
+				looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "delete_db", Arguments: `{"db":"prod"}`}),
+				looptest.OpenAIText("done"))
+			var runs []string
+			del := tools.NativeTool("delete_db", "", nil, func(_ context.Context, args map[string]any, tc *tools.ToolContext) (any, error) {
+				runs = append(runs, fmt.Sprintf("%s %s", tc.IdempotencyKey, mustJSON(t, args)))
+				return "deleted", nil
+			})
+			mut := func(o *Options) { o.Hooks = chain(tc.refuse) }
+			c, tk, st := newClient(t, srv.URL, mut), toolkit(t, del), NewState("drop prod")
+			step(t, c, st, tk, ActionModelTurn)
+			res := step(t, c, st, tk, ActionToolCalls)
+			first := res.Suspended
+			if len(first) != 1 || first[0].Gate == nil || first[0].Gate.Key != "policy/a" || first[0].Request.ID != "policy/a:call_1" {
+				t.Fatalf("first suspension = %+v, want policy/a's", first)
+			}
+			st = roundTrip(t, st)
+			if err := st.Answer("call_1", tools.Answer{OK: true}); err != nil {
+				t.Fatal(err)
+			}
+			res = step(t, newClient(t, srv.URL, mut), st, tk, ActionToolCalls)
+			if !tc.refuse {
+				if len(res.Suspended) != 1 || res.Suspended[0].Gate.Key != "run" || res.Suspended[0].Request.ID != "run:call_1" ||
+					!slices.Equal(res.Suspended[0].Passed, []string{"policy/a"}) || res.Suspended[0].Args != `{"db":"other"}` {
+					t.Fatalf("second suspension = %+v, want the run gate's, after policy/a, with the first approver's arguments", res.Suspended)
+				}
+				st = roundTrip(t, st)
+				if err := st.Answer("call_1", tc.second); err != nil {
+					t.Fatal(err)
+				}
+				step(t, newClient(t, srv.URL, mut), st, tk, ActionToolCalls)
+			}
+			step(t, newClient(t, srv.URL, mut), st, tk, ActionModelTurn)
+			if diff := cmp.Diff(tc.runs, runs); diff != "" {
+				t.Errorf("tool runs (-want +got):\n%s", diff)
+			}
+			if got := sentToolResults(t, srv.Requests()[1]); len(got) != 1 || got[0].Content != tc.result {
+				t.Errorf("results sent = %+v, want %q", got, tc.result)
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestRetryUsesRewrittenArgs: the retry with the answer runs with the arguments BeforeTool

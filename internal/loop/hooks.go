@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -18,7 +19,10 @@ type Hooks struct {
 	AfterLLM func(ctx context.Context, ev AfterLLMEvent) error
 	// BeforeTool may rewrite the arguments, or short-circuit the call with a Result: the tool never
 	// runs and AfterTool is skipped. A pending Result is an approval gate (toolnexus "path B").
-	// It is not called again for the retry with an answer.
+	// Once a gate approves, BeforeTool is called again with the gate in Passed and the arguments
+	// the approver saw (a rewrite is ignored then), so a call can pass several gates one after the
+	// other; it runs when BeforeTool raises none. It is not called for the retry with an answer
+	// to the tool's own suspension.
 	BeforeTool func(ctx context.Context, ev BeforeToolEvent) (*ToolOverride, error)
 	// AfterTool may replace a tool's result. It is not called when a call suspends, and is called
 	// once on the result of the retry with an answer.
@@ -53,6 +57,8 @@ type BeforeToolEvent struct {
 	Args map[string]any
 	ID   string
 	Turn int
+	// Passed are the keys of the gates that approved the call so far (state.Gate.Key).
+	Passed []string
 }
 
 // AfterToolEvent describes a tool call that produced a result.
@@ -65,10 +71,12 @@ type AfterToolEvent struct {
 }
 
 // ToolOverride changes a tool call: Args rewrites the arguments (BeforeTool), Result replaces the
-// result (BeforeTool: short-circuit; AfterTool: transform).
+// result (BeforeTool: short-circuit; AfterTool: transform). Gate describes the gate a pending
+// Result of BeforeTool raises; it is saved with the call (a nil Gate has the empty key).
 type ToolOverride struct {
 	Args   map[string]any
 	Result *tools.ToolResult
+	Gate   *state.Gate
 }
 
 // EventKind says which of Event's fields are set.

@@ -125,7 +125,7 @@ func TestGateApprovalIsNotTheToolsSuspension(t *testing.T) {
 				own := roundTrip(t, st).Calls[0]
 				wantOwn := Call{ID: "call_1", Name: "calendar", Arguments: `{"day":"mon"}`, Args: `{"day":"mon"}`, Phase: PhaseSuspended,
 					Request:  &tools.Request{ID: own.Request.ID, Kind: tools.KindAuthorization, Prompt: tools.DefaultAuthPrompt, URL: authURL},
-					Approval: &tools.Answer{ID: "toolguard:call_1", OK: true}}
+					Approval: &tools.Answer{ID: "toolguard:call_1", OK: true}, Passed: []string{"guard"}}
 				if diff := cmp.Diff(wantOwn, own); diff != "" {
 					t.Errorf("the call after its approved first run (-want +got):\n%s", diff)
 				}
@@ -144,8 +144,13 @@ func TestGateApprovalIsNotTheToolsSuspension(t *testing.T) {
 			if diff := cmp.Diff(tc.keys, cal.keys()); diff != "" {
 				t.Errorf("the tool's idempotency keys (-want +got):\n%s", diff)
 			}
-			if g.calls != 1 {
-				t.Errorf("the gate was consulted %d times, want 1", g.calls)
+			// Once for the call and, when it approved, once again: it raises nothing more.
+			want := 1
+			if tc.answers[0].OK {
+				want = 2
+			}
+			if g.calls != want {
+				t.Errorf("the gate was consulted %d times, want %d", g.calls, want)
 			}
 			for i, run := range cal.runs {
 				// The first run carries the approval, the retry the answer to the tool's own request.

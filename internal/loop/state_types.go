@@ -21,6 +21,8 @@ type (
 	Call = state.Call
 	// Phase is where a tool call of the current turn stands.
 	Phase = state.Phase
+	// Gate is what a host said about an approval gate it raised.
+	Gate = state.Gate
 	// Announcement names the object a host published a suspension as.
 	Announcement = state.Announcement
 	// Outcome is an end of the run that the host decided.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,7 +54,28 @@ type Env struct {
 	Clock               func() time.Time
 	Tracer              loop.Tracer
 	MaxToolCallsPerTurn int
+	// Policies returns the gates the platform's ApprovalPolicies raise over a call, in the order
+	// they are asked; nil raises none (an Agent's validation).
+	Policies func(ctx context.Context, tool string, args map[string]any, callID, rawArguments string) ([]PolicyGate, error)
 }
+
+// PolicyGate is one gate an ApprovalPolicy raises over a call.
+type PolicyGate struct {
+	// Key tells it from the call's other gates: "policy/<name>".
+	Key string
+	// Refused, when set, refuses the call with this message: the policy cannot be applied, and
+	// a gate that cannot be applied never lets a call through.
+	Refused string
+	// Request is the approval request; Timeout, when set, is when it expires.
+	Request *tools.Request
+	Timeout time.Duration
+	// OnTimeout and Terms are saved with the call (state.Gate).
+	OnTimeout string
+	Terms     json.RawMessage
+}
+
+// RunGateKey is the key of the gate a run's own spec.approvals raise.
+const RunGateKey = "run"
 
 // Built is a spec ready to step.
 type Built struct {
@@ -109,7 +131,7 @@ func Build(spec *toolnexusv1alpha1.AgentSpec, env Env) (*Built, error) {
 	if _, err := tools.NewToolkit(b.Local...); err != nil {
 		return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, err)
 	}
-	hooks, err := gateHooks(spec.Approvals)
+	hooks, err := gateHooks(spec.Approvals, env)
 	if err != nil {
 		return nil, invalid(toolnexusv1alpha1.ReasonInvalidApproval, err)
 	}
@@ -155,23 +177,57 @@ func (b *Built) Toolkit(ctx context.Context) (tk *tools.Toolkit, mcpFailures []s
 	return tk, mcpFailures, nil
 }
 
-// gateHooks turns spec.approvals into the BeforeTool hook that raises approval requests.
-func gateHooks(approvals []toolnexusv1alpha1.ApprovalGate) (loop.Hooks, error) {
-	if len(approvals) == 0 {
+// gateHooks turns the platform's policies and spec.approvals into the BeforeTool hook that raises
+// approval requests: every policy gate over a call first, in the order env.Policies gives them,
+// then the run's own; each once, the next only once the one before approved (loop.Hooks).
+func gateHooks(approvals []toolnexusv1alpha1.ApprovalGate, env Env) (loop.Hooks, error) {
+	var gates *tools.Gates
+	if len(approvals) > 0 {
+		specs := make([]tools.GateSpec, len(approvals))
+		for i, a := range approvals {
+			specs[i] = tools.GateSpec{Tools: a.Tools, When: a.When, Prompt: a.Prompt}
+		}
+		var err error
+		if gates, err = tools.NewGates(specs); err != nil {
+			return loop.Hooks{}, fmt.Errorf("spec.approvals: %w", err)
+		}
+	}
+	if gates == nil && env.Policies == nil {
 		return loop.Hooks{}, nil
 	}
-	specs := make([]tools.GateSpec, len(approvals))
-	for i, a := range approvals {
-		specs[i] = tools.GateSpec{Tools: a.Tools, When: a.When, Prompt: a.Prompt}
+	now := env.Clock
+	if now == nil {
+		now = time.Now
 	}
-	gates, err := tools.NewGates(specs)
-	if err != nil {
-		return loop.Hooks{}, fmt.Errorf("spec.approvals: %w", err)
-	}
-	return loop.Hooks{BeforeTool: func(_ context.Context, ev loop.BeforeToolEvent) (*loop.ToolOverride, error) {
+	return loop.Hooks{BeforeTool: func(ctx context.Context, ev loop.BeforeToolEvent) (*loop.ToolOverride, error) {
 		raw, err := json.Marshal(ev.Args)
 		if err != nil {
 			return nil, err
+		}
+		if env.Policies != nil {
+			policies, err := env.Policies(ctx, ev.Name, ev.Args, ev.ID, string(raw))
+			if err != nil {
+				return nil, err
+			}
+			for _, g := range policies {
+				if slices.Contains(ev.Passed, g.Key) {
+					continue
+				}
+				if g.Refused != "" {
+					res := tools.ToolResult{Output: fmt.Sprintf("%s was not run: %s", ev.Name, g.Refused), IsError: true}
+					return &loop.ToolOverride{Result: &res}, nil
+				}
+				req := *g.Request
+				if g.Timeout > 0 {
+					req.ExpiresAt = now().Add(g.Timeout).UTC().Format(time.RFC3339)
+				}
+				res := tools.Pending(req)
+				return &loop.ToolOverride{Result: &res, Gate: &loop.Gate{Key: g.Key, OnTimeout: g.OnTimeout, Terms: g.Terms}}, nil
+			}
+		}
+		// A call gated before gates had keys passed the run's gate under the empty key.
+		if gates == nil || slices.Contains(ev.Passed, RunGateKey) || slices.Contains(ev.Passed, "") {
+			return nil, nil
 		}
 		req, err := gates.Check(ev.Name, ev.Args, ev.ID, string(raw))
 		if errors.Is(err, tools.ErrPromptRender) {
@@ -186,7 +242,7 @@ func gateHooks(approvals []toolnexusv1alpha1.ApprovalGate) (loop.Hooks, error) {
 			req.Data["whenError"] = err.Error()
 		}
 		res := tools.Pending(*req)
-		return &loop.ToolOverride{Result: &res}, nil
+		return &loop.ToolOverride{Result: &res, Gate: &loop.Gate{Key: RunGateKey}}, nil
 	}}, nil
 }
 

@@ -189,6 +189,11 @@ func settleCall(st *State, call Call, s *Seen, now time.Time, p Policy, out *Set
 		return
 	}
 	exp, hasExpiry := expiry(call)
+	fail, rule := p.OnTimeoutFail, "spec.suspension.onTimeout is Fail"
+	if g := call.Gate; g != nil && g.OnTimeout != "" {
+		// A gate's own rule (a platform's policy) decides for its request, whatever the run says.
+		fail, rule = g.OnTimeout == OnTimeoutFail, "the onTimeout of gate "+g.Key+" is Fail"
+	}
 	switch {
 	case s.Answer == nil && s.AnswerError == "":
 		if hasExpiry && !now.Before(exp) {
@@ -198,17 +203,17 @@ func settleCall(st *State, call Call, s *Seen, now time.Time, p Policy, out *Set
 		decline(EffectInvalidAnswer, "invalid answer: "+s.AnswerError, s.AnswerError)
 	case s.ByExpiry:
 		decline(EffectExpired, wire.ReasonExpired, "")
-		if p.OnTimeoutFail {
+		if fail {
 			// Decided from the saved state and the request as it is, whoever wrote the expiry: a
 			// reconcile whose save failed after writing it must not let the run go on.
-			st.End(ReasonRequestExpired, fmt.Sprintf("PendingRequest %s expired unanswered and spec.suspension.onTimeout is Fail", name))
+			st.End(ReasonRequestExpired, fmt.Sprintf("PendingRequest %s expired unanswered and %s", name, rule))
 		}
 	case hasExpiry && !s.AnsweredAt.IsZero() && s.AnsweredAt.After(exp):
 		// The API server refuses an answer stamped after the expiry; a cluster without the
 		// admission policies must not run a call on one either.
 		decline(EffectLateAnswer, wire.ReasonExpired, "")
-		if p.OnTimeoutFail {
-			st.End(ReasonRequestExpired, fmt.Sprintf("PendingRequest %s was answered after it expired and spec.suspension.onTimeout is Fail", name))
+		if fail {
+			st.End(ReasonRequestExpired, fmt.Sprintf("PendingRequest %s was answered after it expired and %s", name, rule))
 		}
 	default:
 		a := *s.Answer

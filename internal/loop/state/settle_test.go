@@ -29,6 +29,12 @@ func parked(id string, expires ...time.Time) Call {
 	return c
 }
 
+// gated is call parked on the gate policy/prod, whose requests expire with onTimeout.
+func gated(call Call, onTimeout string) Call {
+	call.Gated, call.Gate = true, &Gate{Key: "policy/prod", OnTimeout: onTimeout}
+	return call
+}
+
 func turn(calls ...Call) *State {
 	return &State{Messages: []Message{{Role: RoleUser, Content: "ship it"}}, Turn: 1, Calls: calls}
 }
@@ -123,6 +129,20 @@ func TestSettle(t *testing.T) {
 		policy: Policy{OnTimeoutFail: true},
 		want: ended(turn(declined(parked("a", past), wire.ReasonExpired)), ReasonRequestExpired,
 			"PendingRequest deploy-1-a expired unanswered and spec.suspension.onTimeout is Fail"),
+		wantEffects: []Effect{{Kind: EffectExpired, Name: "deploy-1-a", UID: "uid-a", CallID: "a"}},
+		changed:     true,
+	}, {
+		name:  "a gate's own onTimeout decides for its request, whatever the run's (a platform's Fail)",
+		state: turn(gated(parked("a", past), "Fail")), seen: []Seen{seen(parked("a", past), expiredAnswer)},
+		want: ended(turn(declined(gated(parked("a", past), "Fail"), wire.ReasonExpired)), ReasonRequestExpired,
+			"PendingRequest deploy-1-a expired unanswered and the onTimeout of gate policy/prod is Fail"),
+		wantEffects: []Effect{{Kind: EffectExpired, Name: "deploy-1-a", UID: "uid-a", CallID: "a"}},
+		changed:     true,
+	}, {
+		name:  "a gate's Decline declines its request though the run says Fail",
+		state: turn(gated(parked("a", past), "Decline")), seen: []Seen{seen(parked("a", past), expiredAnswer)},
+		policy:      Policy{OnTimeoutFail: true},
+		want:        turn(declined(gated(parked("a", past), "Decline"), wire.ReasonExpired)),
 		wantEffects: []Effect{{Kind: EffectExpired, Name: "deploy-1-a", UID: "uid-a", CallID: "a"}},
 		changed:     true,
 	}, {

@@ -103,12 +103,15 @@ type Call struct {
 	Announced *Announcement `json:"announced,omitempty"`
 }
 
+// OnTimeoutFail, as a Gate's OnTimeout, ends the run when the gate's request expires.
+const OnTimeoutFail = "Fail"
+
 // Gate is what a host said about an approval gate it raised (BeforeTool's ToolOverride.Gate).
 type Gate struct {
 	// Key tells the gate from the call's other gates (for the operator, "run" or "policy/<name>").
 	Key string `json:"key"`
-	// OnTimeout is what expiry of this gate's request does to the run ("Decline" or "Fail"); empty:
-	// the run's own onTimeout.
+	// OnTimeout is what expiry of this gate's request does to the run (OnTimeoutFail ends it,
+	// anything else declines the call); empty: the run's own onTimeout.
 	OnTimeout string `json:"onTimeout,omitempty"`
 	// Terms are the host's description of who decides the gate, opaque to the loop.
 	Terms json.RawMessage `json:"terms,omitempty"`
