@@ -50,6 +50,9 @@ type Options struct {
 	MaxInflightBytes int64
 	// NotifyPolicy bounds the attempts of a notification's delivery.
 	NotifyPolicy notify.Policy
+	// ManagerNamespace is the namespace the manager runs in, where a policy's escalation sinks
+	// read their Secrets; empty is notifier.OwnNamespace (POD_NAMESPACE, else the pod's).
+	ManagerNamespace string
 }
 
 // Setup registers every controller of the operator with mgr, and the executor they share (run by
@@ -60,6 +63,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if o.Registry == nil {
 		o.Registry = crmetrics.Registry
+	}
+	if o.ManagerNamespace == "" {
+		o.ManagerNamespace = notifier.OwnNamespace()
 	}
 	if o.HTTPClient == nil {
 		// Per-request timeouts come from contexts, so the client itself sets none.
@@ -88,7 +94,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := (&notifier.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
 		Clock: o.Clock, HTTPClient: o.HTTPClient, Metrics: m, Executor: exec,
-		RequireSecretLabel: o.RequireSecretLabel, Policy: o.NotifyPolicy,
+		RequireSecretLabel: o.RequireSecretLabel, Policy: o.NotifyPolicy, SecretNamespace: o.ManagerNamespace,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -84,6 +84,8 @@ var _ = BeforeSuite(func() {
 			// Each manager has a tracer provider of its own, as a restarted process would.
 			Tracing:      telemetry.New(telemetry.NewProvider(sdktrace.WithSyncer(spans)), true),
 			NotifyPolicy: notifyPolicy,
+			// A policy's sinks read their Secrets there, as in a cluster.
+			ManagerNamespace: testenv.ManagerNamespace,
 		}
 	})
 	startManager()

@@ -40,6 +40,10 @@ type Message struct {
 	Answer *Answer
 	// Time is when the event happened: the request's creation, or its answer.
 	Time time.Time
+	// Policy names the ApprovalPolicy whose gate the request is; empty for a run's own gates.
+	Policy string
+	// Escalation is the step that applied, for Escalated.
+	Escalation *Escalation
 }
 
 // Answer is what the request was answered with.
@@ -65,6 +69,10 @@ type data struct {
 	OK         *bool      `json:"ok,omitempty"`
 	Reason     string     `json:"reason,omitempty"`
 	AnsweredBy string     `json:"answeredBy,omitempty"`
+
+	// Policy and Escalation are set for a policy's gate, Escalation for an escalation only.
+	Policy     string          `json:"policy,omitempty"`
+	Escalation *escalationData `json:"escalation,omitempty"`
 }
 
 type approvers struct {
@@ -79,7 +87,8 @@ type toolCall struct {
 }
 
 // CloudEvent renders m as a CloudEvents 1.0 event in structured mode. Its id, <request
-// uid>/<event>, is the same on every attempt, so a receiver can drop duplicates.
+// uid>/<event> (<request uid>/escalated/<step> for an escalation), is the same on every attempt,
+// so a receiver can drop duplicates.
 func CloudEvent(m Message) ([]byte, error) {
 	d := data{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Run: m.Run, Kind: m.Kind, Prompt: m.Prompt, URL: m.URL,
 		ToolCall: toolCall{Name: m.Tool, Arguments: m.Arguments}}
@@ -89,8 +98,9 @@ func CloudEvent(m Message) ([]byte, error) {
 	if a := m.Answer; a != nil {
 		d.OK, d.Reason, d.AnsweredBy = &a.OK, a.Reason, a.AnsweredBy
 	}
+	d.Policy, d.Escalation = m.Policy, m.Escalation.data()
 	e := cloudevent.New(cloudevent.CloudEventsVersionV1)
-	e.SetID(m.UID + "/" + string(m.Event))
+	e.SetID(eventID(m))
 	e.SetType(EventTypePrefix + string(m.Event))
 	e.SetSource(fmt.Sprintf("/namespaces/%s/agentruns/%s", m.Namespace, m.Run))
 	e.SetSubject(m.Name)

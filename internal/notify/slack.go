@@ -61,6 +61,8 @@ func Slack(m Message) ([]byte, error) {
 		headline = fmt.Sprintf("Request %s of run %s was %s by %s", m.Name, where, verdict, answerer(m.Answer))
 	case Expired:
 		headline = fmt.Sprintf("Request %s of run %s expired unanswered", m.Name, where)
+	case Escalated:
+		headline = escalatedHeadline(m, where)
 	}
 	// Slack reads <...> in the fallback text too (a <!channel> would page everybody).
 	headline = line(headline, slackFieldLimit)
@@ -68,6 +70,7 @@ func Slack(m Message) ([]byte, error) {
 		mrkdwn("*Kind*\n" + line(m.Kind, slackFieldLimit)), mrkdwn("*Run*\n" + line(where, slackFieldLimit)),
 		mrkdwn("*Request*\n" + line(m.Name, slackFieldLimit)), mrkdwn("*Who may answer*\n" + whoMayAnswer(m)),
 	}
+	fields = append(fields, policyFields(m)...)
 	blocks := []slackBlock{
 		{Type: "section", Text: ptr(mrkdwn(headline))},
 		{Type: "section", Fields: fields},
@@ -80,7 +83,7 @@ func Slack(m Message) ([]byte, error) {
 	}
 	blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn(
 		"*Tool call* " + codeSpan(m.Tool) + "\n" + codeBlock(m.Arguments, slackArgumentsLimit)))})
-	if m.Event == Opened {
+	if m.Event == Opened || m.Event == Escalated {
 		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn(
 			"*Answer with*\n```" + strings.Join(Commands(m.Kind, m.Namespace, m.Name, m.UID), "\n") + "```"))})
 	} else if m.Answer != nil && m.Answer.Reason != "" {

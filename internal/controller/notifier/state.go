@@ -16,7 +16,8 @@ import (
 )
 
 // What a request's sinks are owed is derived from the request alone: the events that happened
-// (it exists: Opened; it holds an answer: Answered, or Expired when the manager wrote it), the
+// (it exists: Opened; it holds an answer: Answered, or Expired when the manager wrote it; an
+// escalation step is recorded in status.escalations: Escalated, to that step's sinks), the
 // events each sink subscribed to, and status.notifications, the deliveries the manager finished.
 // Everything else (attempts, the next attempt's time, a result not yet written) is kept in
 // memory and may be lost: after a restart the owed events are sent again (at least once; the
@@ -26,6 +27,8 @@ import (
 type delivery struct {
 	sink  *toolnexusv1alpha1.NotifySink
 	event toolnexusv1alpha1.NotifyEvent
+	// step is the escalation step whose sink this is (event Escalated); nil for spec.notify's.
+	step *toolnexusv1alpha1.EscalationRecord
 }
 
 // happened lists the events of preq so far, in the order they happen.
@@ -41,7 +44,8 @@ func happened(preq *toolnexusv1alpha1.PendingRequest) []toolnexusv1alpha1.Notify
 	return out
 }
 
-// owed lists the events that happened and a sink subscribed to, per sink in spec order.
+// owed lists the events that happened and a sink subscribed to, per sink of spec.notify in spec
+// order, then the Escalated events of the steps applied.
 func owed(preq *toolnexusv1alpha1.PendingRequest) []delivery {
 	var out []delivery
 	for i := range preq.Spec.Notify {
@@ -52,7 +56,7 @@ func owed(preq *toolnexusv1alpha1.PendingRequest) []delivery {
 			}
 		}
 	}
-	return out
+	return append(out, escalations(preq)...)
 }
 
 func subscribed(sink *toolnexusv1alpha1.NotifySink, ev toolnexusv1alpha1.NotifyEvent) bool {
@@ -77,8 +81,9 @@ func recordOf(preq *toolnexusv1alpha1.PendingRequest, sink string, ev toolnexusv
 	return nil
 }
 
-// due lists the owed deliveries not finished yet. A sink gets its events in order: an answer is
-// sent once the sink's Opened is finished.
+// due lists the owed deliveries not finished yet. A sink of spec.notify gets its events in order:
+// an answer is sent once the sink's Opened is finished. An escalation's sink has one event only,
+// and may share its name with one of spec.notify (its records differ by event).
 func due(preq *toolnexusv1alpha1.PendingRequest) []delivery {
 	var out []delivery
 	blocked := map[string]bool{}
@@ -86,10 +91,12 @@ func due(preq *toolnexusv1alpha1.PendingRequest) []delivery {
 		if recordOf(preq, d.sink.Name, d.event) != nil {
 			continue
 		}
-		if !blocked[d.sink.Name] {
+		if d.step != nil || !blocked[d.sink.Name] {
 			out = append(out, d)
 		}
-		blocked[d.sink.Name] = true
+		if d.step == nil {
+			blocked[d.sink.Name] = true
+		}
 	}
 	return out
 }
@@ -199,9 +206,13 @@ func (a *attempts) forget(name types.NamespacedName) []attemptKey {
 // others, from what this process last saw of them: False once a delivery was given up on (a
 // message naming the sink and why), True when every owed event was delivered, else Unknown.
 func setNotified(preq *toolnexusv1alpha1.PendingRequest, now time.Time, pending func(delivery) attemptState) {
+	owes := owed(preq)
+	if len(preq.Spec.Notify) == 0 && len(owes) == 0 {
+		return // no sinks until an escalation step with some applies: nobody to have told
+	}
 	var failed, waiting []string
 	failReason := toolnexusv1alpha1.ReasonNotificationFailed
-	for _, d := range owed(preq) {
+	for _, d := range owes {
 		rec := recordOf(preq, d.sink.Name, d.event)
 		switch {
 		case rec != nil && rec.Outcome == toolnexusv1alpha1.NotificationFailed:
