@@ -132,8 +132,9 @@ type EscalationStep struct {
 	// +optional
 	Approvers *Approvers `json:"approvers,omitempty"`
 
-	// notify are the sinks told, once, that the request escalated. A urlFrom or header Secret of
-	// a policy's sink is read from the manager's own namespace, never from the run's.
+	// notify are the sinks told, once, that the request escalated (their `on` is not used: they
+	// are told only this). A urlFrom or header Secret of a policy's sink is read from the
+	// manager's own namespace, never from the run's.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=4

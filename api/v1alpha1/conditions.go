@@ -62,6 +62,9 @@ const (
 	ReasonSecretNotAllowed = "SecretNotAllowed"
 	// ReasonCancelled: spec.cancel was set.
 	ReasonCancelled = "Cancelled"
+	// ReasonRequestNameInUse: a PendingRequest of a previous run of the same name is being deleted
+	// but kept until its audit events are delivered; the run's request is created once it is gone.
+	ReasonRequestNameInUse = "RequestNameInUse"
 )
 
 // Reasons of the AgentRun Suspended and ToolsReady conditions.
@@ -83,8 +86,9 @@ const (
 	ConditionAnswered = "Answered"
 	// ConditionResolved is True once the run has consumed the answer.
 	ConditionResolved = "Resolved"
-	// ConditionNotified is True when every sink of spec.notify took every event due so far,
-	// Unknown while deliveries are under way, and False once one was given up on.
+	// ConditionNotified is True when every sink of spec.notify, and of the escalation steps
+	// applied, took every event due so far, Unknown while deliveries are under way, and False
+	// once one was given up on.
 	ConditionNotified = "Notified"
 )
 

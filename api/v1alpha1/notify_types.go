@@ -53,8 +53,8 @@ type NotifySink struct {
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="notify[].url must start with http:// or https://"
 	URL string `json:"url,omitempty"`
 
-	// urlFrom reads the URL from a Secret in the run's namespace when a message is sent. It is never
-	// logged or shown.
+	// urlFrom reads the URL from a Secret in the run's namespace when a message is sent (for an
+	// ApprovalPolicy's sink, in the manager's namespace). It is never logged or shown.
 	// +optional
 	URLFrom *SecretValueSource `json:"urlFrom,omitempty"`
 

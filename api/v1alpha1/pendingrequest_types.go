@@ -144,7 +144,7 @@ const (
 // PendingRequestStatus holds the answer and what the run did with it.
 type PendingRequestStatus struct {
 	// conditions are Answered, Resolved (the run has consumed the answer) and, when spec.notify
-	// names sinks, Notified.
+	// or an applied escalation step names sinks, Notified.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
