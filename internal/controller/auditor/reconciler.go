@@ -249,20 +249,21 @@ func (r *Reconciler) work() predicate.Predicate {
 	}
 }
 
-// facts are what a request's audit events and finalizer derive from.
+// facts are what a request's audit events and finalizer derive from (exported fields: the
+// semantic comparison reads no unexported ones).
 type facts struct {
-	deleting, held bool
-	answer         *toolnexusv1alpha1.Answer
-	answeredBy     string
-	approvals      []toolnexusv1alpha1.ApprovalEntry
-	resolved       string
+	Deleting, Held bool
+	Answer         *toolnexusv1alpha1.Answer
+	AnsweredBy     string
+	Approvals      []toolnexusv1alpha1.ApprovalEntry
+	Resolved       string
 }
 
 func auditedFacts(p *toolnexusv1alpha1.PendingRequest) facts {
-	f := facts{deleting: !p.DeletionTimestamp.IsZero(), held: controllerutil.ContainsFinalizer(p, toolnexusv1alpha1.AuditFinalizer),
-		answer: p.Status.Answer, answeredBy: p.Status.AnsweredBy, approvals: p.Status.Approvals}
+	f := facts{Deleting: !p.DeletionTimestamp.IsZero(), Held: controllerutil.ContainsFinalizer(p, toolnexusv1alpha1.AuditFinalizer),
+		Answer: p.Status.Answer, AnsweredBy: p.Status.AnsweredBy, Approvals: p.Status.Approvals}
 	if c := meta.FindStatusCondition(p.Status.Conditions, toolnexusv1alpha1.ConditionResolved); c != nil {
-		f.resolved = string(c.Status) + "/" + c.Reason
+		f.Resolved = string(c.Status) + "/" + c.Reason
 	}
 	return f
 }
