@@ -22,6 +22,8 @@ func TestArgumentsDigest(t *testing.T) {
 			`{"a":null,"b":{"x":[3,{"c":2,"d":1}],"y":1}}`},
 		{"no HTML escaping", `{"q": "<a & b>"}`, `{"q":"<a & b>"}`},
 		{"escapes unified", `{"s":"\u0041\/"}`, `{"s":"A/"}`},
+		{"control characters and line separators escaped, other text as it is", "{\"s\":\"\\u0008\\u001f\u2028\u00e9\\t\"}",
+			"{\"s\":\"\\b\\u001f\\u2028\u00e9\\t\"}"},
 		{"numbers exactly as written", `{"n": 1.50, "m": 1e3, "big": 12345678901234567890123}`,
 			`{"big":12345678901234567890123,"m":1e3,"n":1.50}`},
 		{"not JSON (cut short): the bytes as held", `{"item":"gp`, `{"item":"gp`},
