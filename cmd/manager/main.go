@@ -45,6 +45,7 @@ func main() {
 		requireSecretLabel, traceContent  bool
 		denyCIDRs, allowCIDRs             string
 		maxResponseMiB, maxInflightMiB    int64
+		auditSinkURL                      string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized by the API server.")
@@ -66,6 +67,7 @@ func main() {
 	flag.StringVar(&allowCIDRs, "allow-cidrs", "", "Comma-separated CIDRs that model, HTTP tool, MCP and notification connections may reach even when denied, link-local included.")
 	flag.Int64Var(&maxResponseMiB, "max-response-size", netguard.DefaultMaxResponseBytes>>20, "How many MiB of one model, HTTP tool, MCP or notification response body the manager reads before it fails the request.")
 	flag.BoolVar(&traceContent, "trace-content", false, "Record prompts, tool arguments and tool outputs (Secret values redacted) in trace spans; traces are on when the OTEL_* environment configures an OTLP exporter.")
+	flag.StringVar(&auditSinkURL, "audit-sink-url", "", "http(s) URL that receives the audit trail of every PendingRequest as CloudEvents (docs/audit.md), at least once; each request keeps the finalizer "+toolnexusv1alpha1.AuditFinalizer+" until its events are delivered. Empty sends none.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -139,6 +141,7 @@ func main() {
 		MaxInflight:             maxInflight,
 		MaxInflightPerNamespace: maxInflightPerNS,
 		MaxInflightBytes:        inflightBytes,
+		AuditSinkURL:            auditSinkURL,
 	}); err != nil {
 		log.Error(err, "Unable to set up the controllers")
 		os.Exit(1)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolnexus/operator/internal/controller/agent"
 	"github.com/toolnexus/operator/internal/controller/agentrun"
+	"github.com/toolnexus/operator/internal/controller/auditor"
 	"github.com/toolnexus/operator/internal/controller/metrics"
 	"github.com/toolnexus/operator/internal/controller/notifier"
 	"github.com/toolnexus/operator/internal/executor"
@@ -48,11 +49,14 @@ type Options struct {
 	MaxInflight, MaxInflightPerNamespace int
 	// MaxInflightBytes bounds the memory the steps in flight hold.
 	MaxInflightBytes int64
-	// NotifyPolicy bounds the attempts of a notification's delivery.
+	// NotifyPolicy bounds the attempts of a notification's delivery, and spaces an audit event's.
 	NotifyPolicy notify.Policy
 	// ManagerNamespace is the namespace the manager runs in, where a policy's escalation sinks
 	// read their Secrets; empty is notifier.OwnNamespace (POD_NAMESPACE, else the pod's).
 	ManagerNamespace string
+	// AuditSinkURL is where the audit trail of every PendingRequest goes (--audit-sink-url);
+	// empty delivers none.
+	AuditSinkURL string
 }
 
 // Setup registers every controller of the operator with mgr, and the executor they share (run by
@@ -87,6 +91,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		MaxTranscriptRawBytes:   o.MaxTranscriptRawBytes,
 		MaxToolCallsPerTurn:     o.MaxToolCallsPerTurn,
 		RequireSecretLabel:      o.RequireSecretLabel,
+		Audit:                   o.AuditSinkURL != "",
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -96,6 +101,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Clock: o.Clock, HTTPClient: o.HTTPClient, Metrics: m, Executor: exec,
 		RequireSecretLabel: o.RequireSecretLabel, Policy: o.NotifyPolicy, SecretNamespace: o.ManagerNamespace,
 	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// The audit trail has workers of its own: a refusing sink never holds a run.
+	if err := (&auditor.Reconciler{Client: mgr.GetClient(), Clock: o.Clock, Metrics: m, SinkURL: o.AuditSinkURL,
+		HTTPClient: o.HTTPClient, Policy: o.NotifyPolicy}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&agent.Reconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr)

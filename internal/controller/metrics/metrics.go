@@ -38,6 +38,8 @@ type Metrics struct {
 	// Notifications counts notification attempts, by format, event and outcome
 	// (toolnexus_notifications_total).
 	Notifications *prometheus.CounterVec
+	// AuditEvents counts audit event attempts, by type and outcome (toolnexus_audit_events_total).
+	AuditEvents *prometheus.CounterVec
 }
 
 // New registers the metrics with reg. Open PendingRequests are counted from reader (the
@@ -73,10 +75,13 @@ func New(reg prometheus.Registerer, reader client.Reader) *Metrics {
 		Notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolnexus_notifications_total", Help: "Attempts to deliver PendingRequest notifications, by sink format, event and outcome (delivered, retried, failed)."},
 			[]string{"format", "event", "outcome"}),
+		AuditEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolnexus_audit_events_total", Help: "Attempts to deliver audit events to --audit-sink-url, by type and outcome (delivered, retried)."},
+			[]string{"type", "outcome"}),
 	}
 	reg.MustRegister(m.llmRequests, m.llmTokens, m.llmDuration, m.toolCalls, m.toolDuration, m.RunErrors,
 		m.SuspensionWait, m.inflight, m.inflightBytes, m.queued, m.queueWait, &pendingCollector{reader: reader})
-	reg.MustRegister(m.Notifications)
+	reg.MustRegister(m.Notifications, m.AuditEvents)
 	return m
 }
 
