@@ -20,6 +20,8 @@ const (
 	Opened   Event = "opened"
 	Answered Event = "answered"
 	Expired  Event = "expired"
+	// Escalated: an escalation step of the request's policy applied, and its approvers may answer.
+	Escalated Event = "escalated"
 )
 
 // EventTypePrefix starts the CloudEvents type of every notification: <prefix><event>.
@@ -36,6 +38,13 @@ type Message struct {
 	Users, Groups []string
 	// Tool and Arguments are the suspended call.
 	Tool, Arguments string
+	// Policy names the ApprovalPolicy whose gate the request is; empty for a run's own gates.
+	Policy string
+	// Required is how many distinct approvals the request needs; above 1, approvers add entries
+	// (Approvals) and the manager writes the answer.
+	Required int
+	// Approvals are the approvers' entries so far, in the order the request holds them.
+	Approvals []Approval
 	// Answer is set for Answered and Expired.
 	Answer *Answer
 	// Time is when the event happened: the request's creation, or its answer.
@@ -47,6 +56,39 @@ type Answer struct {
 	OK         bool
 	Reason     string
 	AnsweredBy string
+}
+
+// Approval is one approver's entry on a request that needs several approvals.
+type Approval struct {
+	User   string
+	OK     bool
+	Reason string
+	// At is when the API server took the entry; zero when it did not say.
+	At time.Time
+}
+
+// Quorum reports whether m's request is decided by several approvers' entries.
+func (m Message) Quorum() bool { return m.Required > 1 }
+
+// Approvers are the users whose entries approve, in order.
+func (m Message) Approvers() []string {
+	var users []string
+	for _, a := range m.Approvals {
+		if a.OK {
+			users = append(users, a.User)
+		}
+	}
+	return users
+}
+
+// Decline is the first entry that declines, the one that decides the request; nil when none does.
+func (m Message) Decline() *Approval {
+	for i := range m.Approvals {
+		if !m.Approvals[i].OK {
+			return &m.Approvals[i]
+		}
+	}
+	return nil
 }
 
 // data is the CloudEvent's data.
@@ -65,6 +107,18 @@ type data struct {
 	OK         *bool      `json:"ok,omitempty"`
 	Reason     string     `json:"reason,omitempty"`
 	AnsweredBy string     `json:"answeredBy,omitempty"`
+	// Policy, Required and Approvals are set for a policy's gate and a request that needs
+	// several approvals (required above 1).
+	Policy    string     `json:"policy,omitempty"`
+	Required  int        `json:"required,omitempty"`
+	Approvals []approval `json:"approvals,omitempty"`
+}
+
+type approval struct {
+	User   string     `json:"user"`
+	OK     bool       `json:"ok"`
+	Reason string     `json:"reason,omitempty"`
+	At     *time.Time `json:"at,omitempty"`
 }
 
 type approvers struct {
@@ -88,6 +142,17 @@ func CloudEvent(m Message) ([]byte, error) {
 	}
 	if a := m.Answer; a != nil {
 		d.OK, d.Reason, d.AnsweredBy = &a.OK, a.Reason, a.AnsweredBy
+	}
+	d.Policy = m.Policy
+	if m.Quorum() {
+		d.Required = m.Required
+		for _, a := range m.Approvals {
+			e := approval{User: a.User, OK: a.OK, Reason: a.Reason}
+			if !a.At.IsZero() {
+				e.At = &a.At
+			}
+			d.Approvals = append(d.Approvals, e)
+		}
 	}
 	e := cloudevent.New(cloudevent.CloudEventsVersionV1)
 	e.SetID(m.UID + "/" + string(m.Event))
