@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -43,22 +44,34 @@ func (f *answerFlags) add(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Minute, "How long --wait waits; 0 waits forever.")
 }
 
+// quorumHelp is what approve and decline say about requests that need several approvals.
+const quorumHelp = `
+A request that needs several approvals (spec.required above 1, set by an ApprovalPolicy) is
+not answered by anyone directly: the command adds your own entry to its status.approvals
+instead, {user: you, ok, reason}, and prints the progress, e.g. "approved: 1 of 2 (alice);
+waiting for 1 more". Once enough approvers have approved, or one has declined, the manager
+records the answer. Your entry cannot be changed once given, and it is bound to the request
+you reviewed as an answer is (below): it is added to that object only.
+`
+
 func newApproveCommand(o *options) *cobra.Command {
 	f := &answerFlags{}
+	var reason string
 	cmd := &cobra.Command{
 		Use:   "approve NAME",
-		Short: "Approve a PendingRequest (answer ok: true), e.g. an approval or a completed login",
+		Short: "Approve a PendingRequest (answer ok: true, or your approval of one that needs several)",
 		Long: `Approve a PendingRequest: its answer becomes {"ok": true}. The run re-executes the suspended
 tool call once with the answer attached. Requests of kind input, question and tool_call need a
 result: use answer instead.
-` + boundAnswerHelp,
+` + quorumHelp + boundAnswerHelp,
 		Example: `  kubectl toolnexus show buy-gpu-1-call-1
   kubectl toolnexus approve buy-gpu-1-call-1 --uid 0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.runAnswer(cmd.Context(), args[0], toolnexusv1alpha1.Answer{OK: true}, "approved", f)
+			return o.runAnswer(cmd.Context(), args[0], toolnexusv1alpha1.Answer{OK: true, Reason: reason}, "approved", f)
 		},
 	}
+	cmd.Flags().StringVar(&reason, "reason", "", "Why, recorded with your approval of a request that needs several (an answer carries none).")
 	f.add(cmd)
 	return cmd
 }
@@ -71,7 +84,7 @@ func newDeclineCommand(o *options) *cobra.Command {
 		Short: "Decline a PendingRequest (answer ok: false); the model is told",
 		Long: `Decline a PendingRequest: its answer becomes {"ok": false, "reason": REASON}. The tool call is
 not executed; the model is told it was declined, with the reason.
-` + boundAnswerHelp,
+` + quorumHelp + boundAnswerHelp,
 		Example: `  kubectl toolnexus decline buy-gpu-1-call-1 --uid 0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f --reason "over budget"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -129,7 +142,8 @@ func dataAnswer(raw string) (toolnexusv1alpha1.Answer, error) {
 	return toolnexusv1alpha1.Answer{OK: true, Data: jsonValue([]byte(raw))}, nil
 }
 
-// runAnswer answers the request, prints what it did and, with --wait, follows the run.
+// runAnswer answers the request, prints what it did and, with --wait, follows the run. A request
+// that needs several approvals is given the caller's entry instead (approve and decline only).
 func (o *options) runAnswer(ctx context.Context, name string, ans toolnexusv1alpha1.Answer, verb string, f *answerFlags) error {
 	pr := &toolnexusv1alpha1.PendingRequest{}
 	if err := o.client.Get(ctx, client.ObjectKey{Namespace: o.namespace, Name: name}, pr); err != nil {
@@ -141,10 +155,22 @@ func (o *options) runAnswer(ctx context.Context, name string, ans toolnexusv1alp
 	if f.uid != "" && string(pr.UID) != f.uid {
 		return replaced(pr)
 	}
-	if err := o.sendAnswer(ctx, pr, ans); err != nil {
-		return err
+	switch {
+	case needsQuorum(pr) && ans.Data != nil:
+		return quorumOnly(pr)
+	case needsQuorum(pr):
+		if err := o.runApproval(ctx, pr, ans); err != nil {
+			return err
+		}
+	case ans.OK && ans.Reason != "":
+		return fmt.Errorf("--reason: an approval carries no reason (the API server refuses ok: true with one); " +
+			"it explains an approver's entry on a request that needs several approvals")
+	default:
+		if err := o.sendAnswer(ctx, pr, ans); err != nil {
+			return err
+		}
+		fmt.Fprintf(o.out, "pendingrequest.toolnexus.dev/%s %s\n", name, verb)
 	}
-	fmt.Fprintf(o.out, "pendingrequest.toolnexus.dev/%s %s\n", name, verb)
 	if !f.wait {
 		return nil
 	}
@@ -155,6 +181,29 @@ func (o *options) runAnswer(ctx context.Context, name string, ans toolnexusv1alp
 		return err
 	}
 	return o.printRunState(run)
+}
+
+// runApproval adds the caller's entry to a request that needs several approvals and prints the
+// progress: "approved: 1 of 2 (alice); waiting for 1 more". An entry of the caller's already
+// there is said so, and is no error when it is the same decision.
+func (o *options) runApproval(ctx context.Context, pr *toolnexusv1alpha1.PendingRequest, ans toolnexusv1alpha1.Answer) error {
+	stored, err := o.sendApproval(ctx, pr, ans.OK, ans.Reason)
+	var decided *decidedError
+	switch {
+	case errors.As(err, &decided) && decided.entry.OK == ans.OK:
+		fmt.Fprintf(o.out, "pendingrequest.toolnexus.dev/%s: you (%s) already %s it; %s\n",
+			pr.Name, decided.entry.User, entryVerb(decided.entry), tallyOf(decided.pr).summary())
+		return nil
+	case err != nil:
+		return err
+	}
+	t := tallyOf(stored)
+	if t.decline != nil {
+		fmt.Fprintf(o.out, "pendingrequest.toolnexus.dev/%s %s\n", pr.Name, t.summary())
+	} else {
+		fmt.Fprintf(o.out, "pendingrequest.toolnexus.dev/%s approved: %s\n", pr.Name, t.summary())
+	}
+	return nil
 }
 
 // maxAnswerConflicts bounds how often sendAnswer reads the request again because the manager
@@ -175,15 +224,8 @@ const errReplacedByAPIServer = "was deleted and replaced"
 func (o *options) sendAnswer(ctx context.Context, pr *toolnexusv1alpha1.PendingRequest, ans toolnexusv1alpha1.Answer) error {
 	uid := pr.UID
 	for conflicts := 0; ; conflicts++ {
-		if pr.UID != uid {
-			return replaced(pr)
-		}
-		if prev := pr.Status.Answer; prev != nil {
-			return fmt.Errorf("pendingrequests.toolnexus.dev %q is already answered (%s by %s); an answer cannot be changed",
-				pr.Name, describeAnswer(prev), orUnknown(pr.Status.AnsweredBy))
-		}
-		if pr.Status.Phase == toolnexusv1alpha1.RequestPhaseCancelled {
-			return fmt.Errorf("pendingrequests.toolnexus.dev %q was cancelled; there is nothing to answer", pr.Name)
+		if err := stillOpen(pr, uid); err != nil {
+			return err
 		}
 		// The id pins the answer to the suspension, the uid to the object.
 		ans.ID, ans.RequestUID = pr.Spec.Request.ID, string(uid)
@@ -199,12 +241,7 @@ func (o *options) sendAnswer(ctx context.Context, pr *toolnexusv1alpha1.PendingR
 		case err == nil:
 			return nil
 		case apierrors.IsConflict(err) && conflicts < maxAnswerConflicts:
-			key := client.ObjectKeyFromObject(pr)
-			pr = &toolnexusv1alpha1.PendingRequest{}
-			if err := o.client.Get(ctx, key, pr); err != nil {
-				if apierrors.IsNotFound(err) {
-					return fmt.Errorf("PendingRequest %s was deleted since you saw it (uid %s): %w", key.Name, uid, err)
-				}
+			if pr, err = o.reread(ctx, client.ObjectKeyFromObject(pr), uid); err != nil {
 				return err
 			}
 		case apierrors.IsNotFound(err):
@@ -215,6 +252,35 @@ func (o *options) sendAnswer(ctx context.Context, pr *toolnexusv1alpha1.PendingR
 			return fmt.Errorf("the API server refused the answer: %w", err)
 		}
 	}
+}
+
+// stillOpen refuses to answer pr, or add an entry to it, unless it is the request of uid and
+// still waits for an answer.
+func stillOpen(pr *toolnexusv1alpha1.PendingRequest, uid types.UID) error {
+	if pr.UID != uid {
+		return replaced(pr)
+	}
+	if prev := pr.Status.Answer; prev != nil {
+		return fmt.Errorf("pendingrequests.toolnexus.dev %q is already answered (%s by %s); an answer cannot be changed",
+			pr.Name, describeAnswer(prev), orUnknown(pr.Status.AnsweredBy))
+	}
+	if pr.Status.Phase == toolnexusv1alpha1.RequestPhaseCancelled {
+		return fmt.Errorf("pendingrequests.toolnexus.dev %q was cancelled; there is nothing to answer", pr.Name)
+	}
+	return nil
+}
+
+// reread reads the request of key again after a conflict; one deleted since is named with the
+// uid that was seen.
+func (o *options) reread(ctx context.Context, key client.ObjectKey, uid types.UID) (*toolnexusv1alpha1.PendingRequest, error) {
+	pr := &toolnexusv1alpha1.PendingRequest{}
+	if err := o.client.Get(ctx, key, pr); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("PendingRequest %s was deleted since you saw it (uid %s): %w", key.Name, uid, err)
+		}
+		return nil, err
+	}
+	return pr, nil
 }
 
 // replacedError refuses an answer bound to another object than the request now named so.

@@ -158,7 +158,18 @@ func (in *inbox) answer(w http.ResponseWriter, r *http.Request) {
 		in.renderRequest(w, r.Context(), key, http.StatusUnprocessableEntity, err.Error())
 		return
 	}
-	if err := in.o.sendAnswer(r.Context(), pr, ans); err != nil {
+	if needsQuorum(pr) {
+		// The page's Approve and Decline add the user's entry; nobody but the manager answers it.
+		if action := r.PostForm.Get("action"); action != "approve" && action != "decline" {
+			in.renderRequest(w, r.Context(), key, http.StatusUnprocessableEntity,
+				fmt.Sprintf("this request needs %d approvals and the manager gives its answer: approve or decline it", pr.Spec.Required))
+			return
+		}
+		_, err = in.o.sendApproval(r.Context(), pr, ans.OK, ans.Reason)
+	} else {
+		err = in.o.sendAnswer(r.Context(), pr, ans)
+	}
+	if err != nil {
 		in.renderRequest(w, r.Context(), key, statusOf(err), err.Error())
 		return
 	}
@@ -257,9 +268,11 @@ func (in *inbox) stream(w http.ResponseWriter, r *http.Request, wants func(clien
 }
 
 // statusOf is the HTTP status an API server error came with, 409 for a request replaced since
-// the page was shown, and 502 for any other failure.
+// the page was shown or already decided by the user's or others' entries, and 502 for any other
+// failure.
 func statusOf(err error) int {
-	if replaced := (*replacedError)(nil); errors.As(err, &replaced) {
+	replaced, decided := (*replacedError)(nil), (*decidedError)(nil)
+	if errors.As(err, &replaced) || errors.As(err, &decided) || errors.Is(err, errDecided) {
 		return http.StatusConflict
 	}
 	var status apierrors.APIStatus

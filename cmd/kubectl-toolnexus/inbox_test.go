@@ -242,7 +242,7 @@ func TestRequestPageEscapes(t *testing.T) {
 	pr.Name, pr.Namespace = "r", "ns"
 	pr.Spec.Request.Prompt = `<script>alert("prompt")</script>`
 	pr.Spec.Request.URL = `javascript:alert("url")`
-	v := requestView{Key: client.ObjectKey{Namespace: "ns", Name: "r"}, Request: pr, Open: true}
+	v := requestView{Key: client.ObjectKey{Namespace: "ns", Name: "r"}, Request: pr, Open: true, Offer: true}
 	var b strings.Builder
 	if err := inboxTemplates.ExecuteTemplate(&b, "request.html", v); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,9 @@ import (
 // fields are escaped as the plugin's printers escape them (html/template then escapes HTML).
 type requestRow struct {
 	Namespace, Name, Run, Kind, Prompt, Tool, Arguments, Approvers, Age, Expires, Href string
+	// Approvals is the progress of a request that needs several ("1 of 2 (alice)"), else empty;
+	// Policy names the ApprovalPolicy whose gate the request is.
+	Approvals, Policy string
 }
 
 // maxListRows bounds the list: it is rendered again on every change of a request.
@@ -44,7 +47,15 @@ func (in *inbox) list(ctx context.Context) map[string]any {
 func (in *inbox) row(pr *toolnexusv1alpha1.PendingRequest) requestRow {
 	now := in.now()
 	l := notify.PrintableLine
+	var approvals, policy string
+	if needsQuorum(pr) {
+		approvals = tallyOf(pr).String()
+	}
+	if p := pr.Spec.Policy; p != nil {
+		policy = l(p.Name)
+	}
 	return requestRow{
+		Approvals: approvals, Policy: policy,
 		Namespace: pr.Namespace, Name: pr.Name, Run: l(pr.Spec.RunRef.Name), Kind: l(pr.Spec.Request.Kind),
 		Prompt: l(oneLine(pr.Spec.Request.Prompt, 200)), Tool: l(pr.Spec.ToolCall.Name), Arguments: l(oneLine(pr.Spec.ToolCall.Arguments, 120)),
 		Approvers: l(approversText(pr.Spec.Approvers)), Age: age(pr.CreationTimestamp, now),
@@ -85,14 +96,24 @@ type requestView struct {
 	Error   string // what went wrong with the last action, as the API server said it
 	Missing string // why the request cannot be shown
 
-	Request    *toolnexusv1alpha1.PendingRequest
-	Row        requestRow
-	Arguments  string
-	Data       string
-	Open       bool
+	Request   *toolnexusv1alpha1.PendingRequest
+	Row       requestRow
+	Arguments string
+	Data      string
+	Open      bool
+	// Offer is whether the page offers to answer: the request is open and, when it needs
+	// several approvals, neither the user's entry nor the others' decide it yet.
+	Offer      bool
 	Answer     string
 	AnsweredBy string
 	AnsweredAt string
+
+	// Quorum is set for a request that needs several approvals: Progress says how far it is,
+	// Entries are the approvers' entries, Mine the user's own, said in a sentence.
+	Quorum   bool
+	Progress string
+	Entries  []entryView
+	Mine     string
 
 	Fields    []formField // the form of an MCP elicitation
 	FormError string      // why the schema is offered as JSON instead
@@ -114,6 +135,10 @@ func (in *inbox) requestView(ctx context.Context, key client.ObjectKey, errMsg s
 		return v
 	}
 	v.Request, v.Row, v.Open = pr, in.row(pr), isOpen(pr)
+	v.Offer = v.Open
+	if needsQuorum(pr) {
+		in.quorumView(ctx, &v)
+	}
 	v.Arguments = notify.Printable(prettyJSON(pr.Spec.ToolCall.Arguments, ""))
 	if d := pr.Spec.Request.Data; d != nil && len(d.Raw) > 0 && string(d.Raw) != "{}" {
 		v.Data = notify.Printable(prettyJSON(string(d.Raw), ""))
@@ -153,4 +178,33 @@ func (in *inbox) requestView(ctx context.Context, key client.ObjectKey, errMsg s
 	}
 	v.Transcript = notify.Printable(b.String())
 	return v
+}
+
+// entryView is one approver's entry as the page shows it.
+type entryView struct{ User, Verb, At, Reason string }
+
+// quorumView fills in what the page shows of a request that needs several approvals: the
+// progress, the entries, and whether the user has decided; the page offers Approve and Decline
+// only while the user may still add an entry that counts.
+func (in *inbox) quorumView(ctx context.Context, v *requestView) {
+	pr := v.Request
+	t := tallyOf(pr)
+	v.Quorum, v.Progress = true, t.String()
+	if v.Open {
+		v.Progress = t.summary()
+	}
+	for _, e := range pr.Status.Approvals {
+		ev := entryView{User: notify.PrintableLine(e.User), Verb: entryVerb(e), Reason: notify.PrintableLine(e.Reason)}
+		if e.At != nil {
+			ev.At = e.At.UTC().Format(time.RFC3339)
+		}
+		v.Entries = append(v.Entries, ev)
+	}
+	// Who the user is decides only what is offered: the API server checks the entry it is sent.
+	if user, err := in.o.username(ctx); err == nil {
+		if mine := entryOf(pr, user); mine != nil {
+			v.Mine = notify.PrintableLine("You (" + user + ") " + entryVerb(*mine) + " this request.")
+		}
+	}
+	v.Offer = v.Open && v.Mine == "" && !t.decided()
 }

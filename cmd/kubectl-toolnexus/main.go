@@ -4,7 +4,9 @@
 // Installed on PATH as kubectl-toolnexus, it runs as `kubectl toolnexus ...`. It talks to the API
 // server with the user's own kubeconfig and identity, and answers by patching the
 // PendingRequest's status subresource exactly as `kubectl patch --subresource=status
-// --type=merge` does, so the API server's approver rules apply to it like to any client.
+// --type=merge` does, so the API server's approver rules apply to it like to any client. On a
+// request that needs several approvals it adds the user's own entry to status.approvals instead,
+// and the manager answers once the entries decide.
 package main
 
 import (

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -75,6 +76,12 @@ func (o *options) runPending(ctx context.Context) error {
 		return nil
 	}
 	header := []string{"NAME", "RUN", "KIND", "PROMPT", "URL", "AGE"}
+	// Requests that need several approvals add their progress and policy; a list without one
+	// keeps the columns it always had.
+	quorum := slices.ContainsFunc(open, needsQuorum)
+	if quorum {
+		header = slices.Insert(header, 3, "APPROVALS", "POLICY")
+	}
 	if o.allNamespaces {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
@@ -86,6 +93,16 @@ func (o *options) runPending(ctx context.Context) error {
 			url = "<none>"
 		}
 		row := []string{pr.Name, pr.Spec.RunRef.Name, pr.Spec.Request.Kind, oneLine(pr.Spec.Request.Prompt, 60), url, age(pr.CreationTimestamp, now)}
+		if quorum {
+			approvals, policy := "<none>", "<none>"
+			if needsQuorum(pr) {
+				approvals = tallyOf(pr).String()
+			}
+			if p := pr.Spec.Policy; p != nil {
+				policy = p.Name
+			}
+			row = slices.Insert(row, 3, approvals, policy)
+		}
 		if o.allNamespaces {
 			row = append([]string{pr.Namespace}, row...)
 		}
@@ -131,6 +148,9 @@ func (o *options) runShow(ctx context.Context, name string) error {
 	field("UID", string(pr.UID))
 	field("Run", pr.Spec.RunRef.Name)
 	field("Requested by", pr.Spec.RequestedBy)
+	if p := pr.Spec.Policy; p != nil {
+		field("Policy", fmt.Sprintf("%s (generation %d)", p.Name, p.Generation))
+	}
 	field("Phase", phaseOf(pr))
 	field("Age", age(pr.CreationTimestamp, time.Now()))
 	b.WriteString("\nRequest\n")
@@ -148,6 +168,9 @@ func (o *options) runShow(ctx context.Context, name string) error {
 		field("  Groups", strings.Join(a.Groups, ", "))
 	} else {
 		b.WriteString("  anyone RBAC allows to patch pendingrequests/status\n")
+	}
+	if needsQuorum(pr) {
+		showApprovals(&b, pr, field)
 	}
 	b.WriteString("\nTool call\n")
 	field("  Name", pr.Spec.ToolCall.Name)
@@ -168,8 +191,15 @@ func (o *options) runShow(ctx context.Context, name string) error {
 	} else if isOpen(pr) {
 		// The commands carry the uid shown above: pasted, they answer this request and no other
 		// one opened under its name since.
-		b.WriteString("  none yet; answer this request (uid " + string(pr.UID) + ") with:\n")
-		for _, c := range notify.Commands(req.Kind, pr.Namespace, pr.Name, string(pr.UID)) {
+		commands := notify.Commands(req.Kind, pr.Namespace, pr.Name, string(pr.UID))
+		if needsQuorum(pr) {
+			commands = notify.QuorumCommands(pr.Namespace, pr.Name, string(pr.UID))
+			fmt.Fprintf(&b, "  none yet; the manager records it once %d approve or one declines.\n", pr.Spec.Required)
+			b.WriteString("  Add your entry, approving or declining this request (uid " + string(pr.UID) + "), with:\n")
+		} else {
+			b.WriteString("  none yet; answer this request (uid " + string(pr.UID) + ") with:\n")
+		}
+		for _, c := range commands {
 			b.WriteString("    " + c + "\n")
 		}
 	} else {
@@ -177,6 +207,30 @@ func (o *options) runShow(ctx context.Context, name string) error {
 	}
 	_, err := fmt.Fprint(o.out, b.String())
 	return err
+}
+
+// showApprovals writes the Approvals section of a request that needs several: how many, the
+// progress, and every entry, one a line.
+func showApprovals(b *strings.Builder, pr *toolnexusv1alpha1.PendingRequest, field func(label, value string)) {
+	t := tallyOf(pr)
+	b.WriteString("\nApprovals\n")
+	field("  Required", fmt.Sprint(pr.Spec.Required))
+	progress := t.String()
+	if isOpen(pr) {
+		progress = t.summary()
+	}
+	field("  Progress", progress)
+	for _, e := range pr.Status.Approvals {
+		// A user or a reason is one line: what follows on the next one is the plugin's.
+		fmt.Fprintf(b, "  - %s %s", notify.PrintableLine(e.User), entryVerb(e))
+		if e.At != nil {
+			b.WriteString(" at " + e.At.UTC().Format(time.RFC3339))
+		}
+		if e.Reason != "" {
+			b.WriteString(": " + notify.PrintableLine(e.Reason))
+		}
+		b.WriteString("\n")
+	}
 }
 
 func phaseOf(pr *toolnexusv1alpha1.PendingRequest) string {

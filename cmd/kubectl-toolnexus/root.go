@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +24,10 @@ type options struct {
 	// Set by complete.
 	client    client.WithWatch
 	namespace string
+
+	// user is who the API server says the caller is, once asked (username).
+	userMu sync.Mutex
+	user   string
 }
 
 // newRootCommand builds the plugin's commands, printing to out and errOut through
@@ -35,7 +40,8 @@ func newRootCommand(out, errOut io.Writer) *cobra.Command {
 		Short: "Answer the PendingRequests of Toolnexus AgentRuns and follow the runs",
 		Long: `kubectl toolnexus lists the PendingRequests that wait for a person, shows them, answers them,
 starts runs of Agents and follows AgentRuns. It uses your kubeconfig and identity: an answer is a merge patch of the
-PendingRequest's status subresource, so the API server decides whether you may give it.`,
+PendingRequest's status subresource, and your approval of a request that needs several is your entry in its
+status.approvals, so the API server decides whether you may give them.`,
 		Example: `  kubectl toolnexus pending -A
   kubectl toolnexus show buy-gpu-1-call-1     # prints the request's uid and the commands that answer it
   kubectl toolnexus approve buy-gpu-1-call-1 -n team-a --uid 0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f --wait

@@ -53,7 +53,7 @@ func eventID(m Message) string {
 func escalatedHeadline(m Message, where string) string {
 	e := m.Escalation
 	if e == nil {
-		return fmt.Sprintf("Request %s of run %s escalated", m.Name, where)
+		return fmt.Sprintf("Request %s of run %s is escalated: it still waits for %s", m.Name, where, wanted(m))
 	}
 	return fmt.Sprintf("Request %s of run %s is undecided after %s: escalation step %d of %d of policy %s",
 		m.Name, where, e.After, e.Step+1, e.Steps, m.Policy)

@@ -36,12 +36,17 @@ type Message struct {
 	Users, Groups []string
 	// Tool and Arguments are the suspended call.
 	Tool, Arguments string
+	// Policy names the ApprovalPolicy whose gate the request is; empty for a run's own gates.
+	Policy string
+	// Required is how many distinct approvals the request needs; above 1, approvers add entries
+	// (Approvals) and the manager writes the answer.
+	Required int
+	// Approvals are the approvers' entries so far, in the order the request holds them.
+	Approvals []Approval
 	// Answer is set for Answered and Expired.
 	Answer *Answer
 	// Time is when the event happened: the request's creation, or its answer.
 	Time time.Time
-	// Policy names the ApprovalPolicy whose gate the request is; empty for a run's own gates.
-	Policy string
 	// Escalation is the step that applied, for Escalated.
 	Escalation *Escalation
 }
@@ -51,6 +56,39 @@ type Answer struct {
 	OK         bool
 	Reason     string
 	AnsweredBy string
+}
+
+// Approval is one approver's entry on a request that needs several approvals.
+type Approval struct {
+	User   string
+	OK     bool
+	Reason string
+	// At is when the API server took the entry; zero when it did not say.
+	At time.Time
+}
+
+// Quorum reports whether m's request is decided by several approvers' entries.
+func (m Message) Quorum() bool { return m.Required > 1 }
+
+// Approvers are the users whose entries approve, in order.
+func (m Message) Approvers() []string {
+	var users []string
+	for _, a := range m.Approvals {
+		if a.OK {
+			users = append(users, a.User)
+		}
+	}
+	return users
+}
+
+// Decline is the first entry that declines, the one that decides the request; nil when none does.
+func (m Message) Decline() *Approval {
+	for i := range m.Approvals {
+		if !m.Approvals[i].OK {
+			return &m.Approvals[i]
+		}
+	}
+	return nil
 }
 
 // data is the CloudEvent's data.
@@ -70,9 +108,19 @@ type data struct {
 	Reason     string     `json:"reason,omitempty"`
 	AnsweredBy string     `json:"answeredBy,omitempty"`
 
-	// Policy and Escalation are set for a policy's gate, Escalation for an escalation only.
+	// Policy is set for a policy's gate; Required and Approvals for a request that needs several
+	// approvals (required above 1); Escalation for an escalation only.
 	Policy     string          `json:"policy,omitempty"`
+	Required   int             `json:"required,omitempty"`
+	Approvals  []approval      `json:"approvals,omitempty"`
 	Escalation *escalationData `json:"escalation,omitempty"`
+}
+
+type approval struct {
+	User   string     `json:"user"`
+	OK     bool       `json:"ok"`
+	Reason string     `json:"reason,omitempty"`
+	At     *time.Time `json:"at,omitempty"`
 }
 
 type approvers struct {
@@ -99,6 +147,16 @@ func CloudEvent(m Message) ([]byte, error) {
 		d.OK, d.Reason, d.AnsweredBy = &a.OK, a.Reason, a.AnsweredBy
 	}
 	d.Policy, d.Escalation = m.Policy, m.Escalation.data()
+	if m.Quorum() {
+		d.Required = m.Required
+		for _, a := range m.Approvals {
+			e := approval{User: a.User, OK: a.OK, Reason: a.Reason}
+			if !a.At.IsZero() {
+				e.At = &a.At
+			}
+			d.Approvals = append(d.Approvals, e)
+		}
+	}
 	e := cloudevent.New(cloudevent.CloudEventsVersionV1)
 	e.SetID(eventID(m))
 	e.SetType(EventTypePrefix + string(m.Event))

@@ -46,6 +46,15 @@ func TestCloudEvent(t *testing.T) {
 	expired := opened
 	expired.Event, expired.Users, expired.Groups = Expired, nil, nil
 	expired.Answer = &Answer{OK: false, Reason: "expired", AnsweredBy: "system:expired"}
+	quorum := answered
+	quorum.Policy, quorum.Required, quorum.Answer = "prod-changes", 2, &Answer{OK: true, AnsweredBy: "system:quorum"}
+	quorum.Approvals = []Approval{{User: "alice", OK: true, At: opened.Time.Add(time.Minute)}, {User: "carol", OK: true, Reason: "checked the budget"}}
+	approvedAt := opened.Time.Add(time.Minute)
+	escalated := opened
+	escalated.Event, escalated.Policy, escalated.Required = Escalated, "prod-changes", 2
+	single := answered
+	single.Policy, single.Required = "prod-changes", 1
+	single.Approvals = []Approval{{User: "alice", OK: true}} // an entry on a request answered directly is no quorum's
 	for _, tc := range []struct {
 		name     string
 		in       Message
@@ -65,6 +74,20 @@ func TestCloudEvent(t *testing.T) {
 			Namespace: "team-a", Name: "buy-gpu-1-call-1", UID: "4b1e", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
 			ToolCall: toolCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}, OK: new(bool), Reason: "expired",
 			AnsweredBy: "system:expired"}},
+		{"answered by a quorum", quorum, "dev.toolnexus.pendingrequest.answered", "4b1e/answered", data{
+			Namespace: "team-a", Name: "buy-gpu-1-call-1", UID: "4b1e", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
+			Approvers: &approvers{Users: []string{"alice"}, Groups: []string{"buyers"}},
+			ToolCall:  toolCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}, OK: &ok, AnsweredBy: "system:quorum",
+			Policy: "prod-changes", Required: 2,
+			Approvals: []approval{{User: "alice", OK: true, At: &approvedAt}, {User: "carol", OK: true, Reason: "checked the budget"}}}},
+		{"escalated, no approval yet", escalated, "dev.toolnexus.pendingrequest.escalated", "4b1e/escalated", data{
+			Namespace: "team-a", Name: "buy-gpu-1-call-1", UID: "4b1e", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
+			Approvers: &approvers{Users: []string{"alice"}, Groups: []string{"buyers"}},
+			ToolCall:  toolCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}, Policy: "prod-changes", Required: 2}},
+		{"a policy's gate that needs one approval", single, "dev.toolnexus.pendingrequest.answered", "4b1e/answered", data{
+			Namespace: "team-a", Name: "buy-gpu-1-call-1", UID: "4b1e", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
+			Approvers: &approvers{Users: []string{"alice"}, Groups: []string{"buyers"}},
+			ToolCall:  toolCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}, OK: &ok, AnsweredBy: "alice", Policy: "prod-changes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			raw, err := CloudEvent(tc.in)

@@ -49,16 +49,16 @@ func Slack(m Message) ([]byte, error) {
 	var headline string
 	switch m.Event {
 	case Opened:
-		headline = fmt.Sprintf("Run %s waits for %s: %s", where, article(m.Kind), oneLine(m.Prompt))
+		headline = fmt.Sprintf("Run %s waits for %s: %s", where, wanted(m), oneLine(m.Prompt))
 	case Answered:
 		verdict := "declined"
 		switch {
-		case m.Answer != nil && m.Answer.OK && (m.Kind == "approval" || m.Kind == "authorization"):
+		case m.Answer != nil && m.Answer.OK && (m.Kind == "approval" || m.Kind == "authorization" || m.Quorum()):
 			verdict = "approved"
 		case m.Answer != nil && m.Answer.OK:
 			verdict = "answered"
 		}
-		headline = fmt.Sprintf("Request %s of run %s was %s by %s", m.Name, where, verdict, answerer(m.Answer))
+		headline = fmt.Sprintf("Request %s of run %s was %s by %s", m.Name, where, verdict, decidedBy(m))
 	case Expired:
 		headline = fmt.Sprintf("Request %s of run %s expired unanswered", m.Name, where)
 	case Escalated:
@@ -71,6 +71,9 @@ func Slack(m Message) ([]byte, error) {
 		mrkdwn("*Request*\n" + line(m.Name, slackFieldLimit)), mrkdwn("*Who may answer*\n" + whoMayAnswer(m)),
 	}
 	fields = append(fields, policyFields(m)...)
+	if m.Quorum() {
+		fields = append(fields, mrkdwn("*Approvals*\n"+line(progress(m), slackFieldLimit)))
+	}
 	blocks := []slackBlock{
 		{Type: "section", Text: ptr(mrkdwn(headline))},
 		{Type: "section", Fields: fields},
@@ -84,8 +87,12 @@ func Slack(m Message) ([]byte, error) {
 	blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn(
 		"*Tool call* " + codeSpan(m.Tool) + "\n" + codeBlock(m.Arguments, slackArgumentsLimit)))})
 	if m.Event == Opened || m.Event == Escalated {
+		commands := Commands(m.Kind, m.Namespace, m.Name, m.UID)
+		if m.Quorum() {
+			commands = QuorumCommands(m.Namespace, m.Name, m.UID)
+		}
 		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn(
-			"*Answer with*\n```" + strings.Join(Commands(m.Kind, m.Namespace, m.Name, m.UID), "\n") + "```"))})
+			"*Answer with*\n```" + strings.Join(commands, "\n") + "```"))})
 	} else if m.Answer != nil && m.Answer.Reason != "" {
 		blocks = append(blocks, slackBlock{Type: "context", Elements: []slackText{mrkdwn("Reason: " + line(m.Answer.Reason, slackFieldLimit))}})
 	}
@@ -110,6 +117,57 @@ func Commands(kind, namespace, name, uid string) []string {
 		return []string{"kubectl toolnexus answer " + target + " --data '{\"results\":[\"...\"]}'", decline}
 	}
 	return []string{"kubectl toolnexus approve " + target, "kubectl toolnexus answer " + target + " --output \"...\"", decline}
+}
+
+// QuorumCommands are the commands that add an approver's entry to a request that needs several
+// approvals, whatever its kind: approve first, decline last, each bound to the request's uid as
+// Commands' are.
+func QuorumCommands(namespace, name, uid string) []string {
+	return Commands("approval", namespace, name, uid)
+}
+
+// wanted says what the request waits for: "2 approvals", or its kind with an article.
+func wanted(m Message) string {
+	if m.Quorum() {
+		return fmt.Sprintf("%d approvals", m.Required)
+	}
+	return article(m.Kind)
+}
+
+// progress says how far a request that needs several approvals is: "needs 2 approvals; approved
+// by alice; declined by carol: over budget".
+func progress(m Message) string {
+	parts := []string{fmt.Sprintf("needs %d approvals", m.Required)}
+	if users := m.Approvers(); len(users) > 0 {
+		parts = append(parts, "approved by "+strings.Join(users, ", "))
+	} else if m.Decline() == nil {
+		parts = append(parts, "none yet")
+	}
+	if d := m.Decline(); d != nil {
+		parts = append(parts, "declined by "+d.User+reasonSuffix(d.Reason))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func reasonSuffix(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + reason
+}
+
+// decidedBy names who decided an answered request: the approvers, or the decliner, of a request
+// that needs several approvals (its answer is the manager's, system:quorum), else the answerer.
+func decidedBy(m Message) string {
+	if m.Quorum() && m.Answer != nil {
+		if d := m.Decline(); !m.Answer.OK && d != nil {
+			return d.User
+		}
+		if users := m.Approvers(); m.Answer.OK && len(users) > 0 {
+			return strings.Join(users, ", ")
+		}
+	}
+	return answerer(m.Answer)
 }
 
 func whoMayAnswer(m Message) string {

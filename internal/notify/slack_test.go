@@ -231,3 +231,96 @@ func shellWords(t *testing.T, command string) []string {
 	}
 	return strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
 }
+
+// A request that needs several approvals says how many, by which policy, who approved so far, and
+// offers the commands that add an approver's entry, whatever its kind.
+func TestSlackQuorum(t *testing.T) {
+	quorum := opened
+	quorum.Kind, quorum.Policy, quorum.Required = "input", "prod-changes", 2
+	escalated := quorum
+	escalated.Event = Escalated
+	escalated.Approvals = []Approval{{User: "alice", OK: true}}
+	approved := quorum
+	approved.Event, approved.Answer = Answered, &Answer{OK: true, AnsweredBy: "system:quorum"}
+	approved.Approvals = []Approval{{User: "alice", OK: true}, {User: "carol", OK: true}}
+	declined := quorum
+	declined.Event, declined.Answer = Answered, &Answer{OK: false, Reason: "over budget", AnsweredBy: "system:quorum"}
+	declined.Approvals = []Approval{{User: "alice", OK: true}, {User: "carol", Reason: "over budget"}}
+	commands := "*Answer with*\n```kubectl toolnexus approve buy-gpu-1-call-1 -n team-a --uid 4b1e\n" +
+		"kubectl toolnexus decline buy-gpu-1-call-1 -n team-a --uid 4b1e --reason \"...\"```"
+	for _, tc := range []struct {
+		name     string
+		in       Message
+		headline string
+		want     []string
+		commands bool
+	}{
+		{"opened", quorum, "Run team-a/buy-gpu waits for 2 approvals: Approve purchase of gpu?",
+			[]string{"*Policy*\nprod-changes", "*Approvals*\nneeds 2 approvals; none yet"}, true},
+		{"escalated", escalated, "Request buy-gpu-1-call-1 of run team-a/buy-gpu is escalated: it still waits for 2 approvals",
+			[]string{"*Approvals*\nneeds 2 approvals; approved by alice"}, true},
+		{"approved", approved, "Request buy-gpu-1-call-1 of run team-a/buy-gpu was approved by alice, carol",
+			[]string{"*Approvals*\nneeds 2 approvals; approved by alice, carol"}, false},
+		{"declined", declined, "Request buy-gpu-1-call-1 of run team-a/buy-gpu was declined by carol",
+			[]string{"*Approvals*\nneeds 2 approvals; approved by alice; declined by carol: over budget", "Reason: over budget"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, err := Slack(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := decodeSlack(t, raw)
+			if m.Text != tc.headline {
+				t.Errorf("text = %q, want %q", m.Text, tc.headline)
+			}
+			text := allText(m)
+			for _, want := range tc.want {
+				if !strings.Contains(text, want) {
+					t.Errorf("the message lacks %q:\n%s", want, text)
+				}
+			}
+			if got := strings.Contains(text, commands); got != tc.commands {
+				t.Errorf("offers the approve and decline commands: %v, want %v:\n%s", got, tc.commands, text)
+			}
+			if strings.Contains(text, "kubectl toolnexus answer") {
+				t.Errorf("offers a direct answer for a request decided by approvals:\n%s", text)
+			}
+		})
+	}
+
+	// A request that needs one approval is shown as before: no approvals field, even with an entry.
+	single := opened
+	single.Required, single.Approvals = 1, []Approval{{User: "alice", OK: true}}
+	raw, err := Slack(single)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := allText(decodeSlack(t, raw)); strings.Contains(text, "*Approvals*") || strings.Contains(text, "*Policy*") {
+		t.Errorf("a request without policy that needs one approval shows approvals or a policy:\n%s", text)
+	}
+}
+
+// Who approved and why is written by people and their identity providers: it is escaped like the
+// rest, mentions and controls inert.
+func TestSlackQuorumEscapes(t *testing.T) {
+	m := opened
+	m.Event, m.Required, m.Policy = Answered, 2, "prod\u202e"
+	m.Answer = &Answer{OK: false, Reason: "no", AnsweredBy: "system:quorum"}
+	m.Approvals = []Approval{{User: "<!here>", OK: true}, {User: "eve\x1b[8m", Reason: "```kubectl toolnexus approve other``` <@U1>"}}
+	raw, err := Slack(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := decodeSlack(t, raw)
+	text := allText(msg)
+	for _, bad := range []string{"<!here>", "<@U1>", "\x1b", "\u202e", "```kubectl"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("the message holds %q:\n%s", bad, text)
+		}
+	}
+	for _, want := range []string{"declined by eve\\x1b[8m", "&lt;!here&gt;", "&lt;@U1&gt;", `prod\u202e`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the message lacks %q:\n%s", want, text)
+		}
+	}
+}

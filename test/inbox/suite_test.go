@@ -39,7 +39,8 @@ var (
 	ctx     = context.Background()
 	admin   client.Client
 	// plugin is the built kubectl-toolnexus; kubeconfigs are alice's (an answerer, the runs'
-	// approver) and bob's (an answerer RBAC allows, but no approver).
+	// approver), bob's (an answerer RBAC allows, but no approver) and carol's (an answerer, the
+	// second approver of a request that needs two).
 	plugin      string
 	kubeconfigs = map[string]string{}
 	chromium    string
@@ -67,10 +68,10 @@ var _ = BeforeSuite(func() {
 	admin = testEnv.Client
 	// Both answer (answerer) and read transcripts (viewer, which the built-in view aggregates).
 	for _, role := range []string{"toolnexus-answerer", "toolnexus-agentrun-viewer"} {
-		testEnv.Bind(GinkgoT(), "test-"+role, role, testenv.Users("alice", "bob")...)
+		testEnv.Bind(GinkgoT(), "test-"+role, role, testenv.Users("alice", "bob", "carol")...)
 	}
-	By("waiting for RBAC to grant alice and bob their roles")
-	for _, name := range []string{"alice", "bob"} {
+	By("waiting for RBAC to grant alice, bob and carol their roles")
+	for _, name := range []string{"alice", "bob", "carol"} {
 		user := testEnv.User(GinkgoT(), name)
 		kubeconfigs[name] = user.Kubeconfig
 		testEnv.WaitAllowed(GinkgoT(), user.User, testenv.Access("patch", "pendingrequests/status"),

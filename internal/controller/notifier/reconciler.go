@@ -354,6 +354,14 @@ func messageOf(preq *toolnexusv1alpha1.PendingRequest, d delivery) notify.Messag
 	if p := preq.Spec.Policy; p != nil {
 		m.Policy = p.Name
 	}
+	m.Required = int(preq.Spec.Required)
+	for _, a := range preq.Status.Approvals {
+		e := notify.Approval{User: a.User, OK: a.OK, Reason: a.Reason}
+		if a.At != nil {
+			e.At = a.At.Time
+		}
+		m.Approvals = append(m.Approvals, e)
+	}
 	if a := preq.Spec.Approvers; a != nil {
 		m.Users, m.Groups = slices.Clone(a.Users), slices.Clone(a.Groups)
 	}

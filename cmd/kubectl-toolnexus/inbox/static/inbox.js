@@ -1,12 +1,13 @@
 // Live pages: every element with data-events is replaced by what its Server-Sent Events stream
-// sends; a request's answer forms hide once the request is no longer open.
+// sends; a request's answer forms hide once it offers no answer any more (it was answered, or the
+// approvals decide it).
 "use strict";
 
 function syncActions() {
-  const state = document.querySelector("#live [data-open]");
+  const state = document.querySelector("#live [data-offer]");
   const actions = document.getElementById("actions");
   if (state && actions) {
-    actions.hidden = state.dataset.open !== "true";
+    actions.hidden = state.dataset.offer !== "true";
   }
 }
 
