@@ -136,7 +136,7 @@ func (e *GateEnv) shown(err error) error {
 
 // Gate is one compiled GateSpec.
 type Gate struct {
-	tools []string
+	tools []toolGlob
 	when  cel.Program
 	// words are the hidden variable names of when's environment, to the words callers use.
 	words  map[string]string
@@ -146,11 +146,12 @@ type Gate struct {
 // Compile compiles s; name names the prompt template in its errors. An error names the field
 // (tool pattern, when, prompt) and what to fix.
 func (e *GateEnv) Compile(name string, s GateSpec) (*Gate, error) {
-	g := &Gate{tools: s.Tools, words: e.words}
+	g := &Gate{words: e.words}
 	for _, p := range s.Tools {
 		if _, err := path.Match(p, ""); err != nil {
 			return nil, fmt.Errorf("tool pattern %q: %w", p, err)
 		}
+		g.tools = append(g.tools, newToolGlob(p))
 	}
 	if s.When != "" {
 		ast, iss := e.cel.Compile(e.hide(s.When))
@@ -241,11 +242,42 @@ func (g *Gate) Matches(name string) bool {
 		return true
 	}
 	for _, p := range g.tools {
-		if ok, _ := path.Match(p, name); ok {
+		if p.match(name) {
 			return true
 		}
 	}
 	return false
+}
+
+// toolGlob is a tool pattern. The shapes most patterns have, a name or a prefix and a star, are
+// matched without path.Match: a gate is matched on every tool call, against every policy.
+type toolGlob struct {
+	pattern string
+	// literal is the whole pattern (plain), or the part before its one trailing star (prefix).
+	literal       string
+	plain, prefix bool
+}
+
+func newToolGlob(pattern string) toolGlob {
+	switch i := strings.IndexAny(pattern, `*?[\`); {
+	case i < 0:
+		return toolGlob{pattern: pattern, literal: pattern, plain: true}
+	case i == len(pattern)-1 && pattern[i] == '*':
+		return toolGlob{pattern: pattern, literal: pattern[:i], prefix: true}
+	}
+	return toolGlob{pattern: pattern}
+}
+
+// match is path.Match(g.pattern, name), whose star matches no slash.
+func (g toolGlob) match(name string) bool {
+	switch {
+	case g.plain:
+		return name == g.literal
+	case g.prefix:
+		return strings.HasPrefix(name, g.literal) && !strings.Contains(name[len(g.literal):], "/")
+	}
+	ok, _ := path.Match(g.pattern, name)
+	return ok
 }
 
 // Holds reports whether the gate's When holds over vars, which give tool, args and every

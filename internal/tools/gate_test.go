@@ -3,6 +3,7 @@ package tools
 import (
 	"errors"
 	"fmt"
+	"path"
 	"runtime"
 	"strings"
 	"testing"
@@ -439,5 +440,21 @@ func TestGateApproval(t *testing.T) {
 	}
 	if got, err := broken.Approval("id-1", "the default", "ssh", map[string]any{"list": []any{}}, "", time.Now); got != nil || !errors.Is(err, ErrPromptRender) {
 		t.Errorf("Approval = %+v, %v; want no request and ErrPromptRender", got, err)
+	}
+}
+
+// A glob matched without path.Match matches what path.Match does.
+func TestToolGlobIsPathMatch(t *testing.T) {
+	patterns := []string{"shell", "delete_*", "*", "", "github_*_merge", "db_drop?", "a[bc]*", `a\*`, "x*y*", "pay*"}
+	names := []string{"shell", "shell2", "delete_", "delete_user", "delete_a/b", "delete", "", "github_x_merge", "db_drop1",
+		"ab", "ac/d", "a*", "xy", "x/y", "payment", "pay", "€pay", "shel"}
+	for _, p := range patterns {
+		g := newToolGlob(p)
+		for _, n := range names {
+			want, _ := path.Match(p, n)
+			if got := g.match(n); got != want {
+				t.Errorf("pattern %q, name %q: match = %v, path.Match = %v", p, n, got, want)
+			}
+		}
 	}
 }
