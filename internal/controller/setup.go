@@ -16,6 +16,7 @@ import (
 	"github.com/toolnexus/operator/internal/controller/agentrun"
 	"github.com/toolnexus/operator/internal/controller/metrics"
 	"github.com/toolnexus/operator/internal/controller/notifier"
+	"github.com/toolnexus/operator/internal/controller/policy"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/netguard"
 	"github.com/toolnexus/operator/internal/notify"
@@ -90,6 +91,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Clock: o.Clock, HTTPClient: o.HTTPClient, Metrics: m, Executor: exec,
 		RequireSecretLabel: o.RequireSecretLabel, Policy: o.NotifyPolicy,
 	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// policies is what the runs' tool calls are checked against (SPEC.md section 11).
+	policies := policy.NewRegistry()
+	if err := policies.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&agent.Reconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr)
