@@ -26,7 +26,8 @@ type Terms struct {
 	Required         int32                              `json:"required"`
 	ExcludeRequester bool                               `json:"excludeRequester,omitempty"`
 	Escalation       []toolnexusv1alpha1.EscalationStep `json:"escalation,omitempty"`
-	// Timeout is how long the request waits before it expires; 0: the run's own timeout, or never.
+	// Timeout is how long the request waits before it expires (nanoseconds in JSON); 0: the
+	// run's own timeout, or never.
 	Timeout   time.Duration               `json:"timeout,omitempty"`
 	OnTimeout toolnexusv1alpha1.OnTimeout `json:"onTimeout,omitempty"`
 }
@@ -34,14 +35,19 @@ type Terms struct {
 // clone is a copy of t that shares nothing with the registry's.
 func (t Terms) clone() Terms {
 	t.Approvers = *t.Approvers.DeepCopy()
-	if t.Escalation != nil {
-		steps := make([]toolnexusv1alpha1.EscalationStep, len(t.Escalation))
-		for i := range t.Escalation {
-			t.Escalation[i].DeepCopyInto(&steps[i])
-		}
-		t.Escalation = steps
-	}
+	t.Escalation = cloneSteps(t.Escalation)
 	return t
+}
+
+func cloneSteps(steps []toolnexusv1alpha1.EscalationStep) []toolnexusv1alpha1.EscalationStep {
+	if steps == nil {
+		return nil
+	}
+	out := make([]toolnexusv1alpha1.EscalationStep, len(steps))
+	for i := range steps {
+		steps[i].DeepCopyInto(&out[i])
+	}
+	return out
 }
 
 // gateEnv compiles every policy's when: CEL over tool, args, namespace and the run's labels.
@@ -117,6 +123,7 @@ func terms(p *toolnexusv1alpha1.ApprovalPolicy) Terms {
 		Approvers:        *s.Approvers.DeepCopy(),
 		Required:         max(s.Required, 1),
 		ExcludeRequester: s.ExcludeRequester,
+		Escalation:       cloneSteps(s.Escalation),
 		OnTimeout:        s.OnTimeout,
 	}
 	if s.Timeout != nil {
@@ -124,9 +131,6 @@ func terms(p *toolnexusv1alpha1.ApprovalPolicy) Terms {
 	}
 	if t.OnTimeout == "" {
 		t.OnTimeout = toolnexusv1alpha1.OnTimeoutDecline
-	}
-	if s.Escalation != nil {
-		t.Escalation = (Terms{Escalation: s.Escalation}).clone().Escalation
 	}
 	return t
 }

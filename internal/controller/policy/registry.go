@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/tools"
 	"github.com/toolnexus/operator/internal/tools/wire"
 )
@@ -145,7 +146,7 @@ func (p *compiled) apply(c *call, now func() time.Time) (Gate, bool) {
 	req, err := p.gate.Approval(requestID(p.name, c.id), "Approve the call to "+c.tool+"? (policy "+p.name+")",
 		c.tool, c.args, c.raw, now)
 	if err != nil {
-		g.Refused = p.refusal("spec.prompt: " + err.Error())
+		g.Refused = p.refusal(clip.Marked("spec.prompt: "+err.Error(), maxProblemBytes))
 		return g, true
 	}
 	req.Data["policy"] = p.name
