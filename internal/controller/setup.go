@@ -17,6 +17,7 @@ import (
 	"github.com/toolnexus/operator/internal/controller/auditor"
 	"github.com/toolnexus/operator/internal/controller/metrics"
 	"github.com/toolnexus/operator/internal/controller/notifier"
+	"github.com/toolnexus/operator/internal/controller/policy"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/netguard"
 	"github.com/toolnexus/operator/internal/notify"
@@ -81,6 +82,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := mgr.Add(exec); err != nil {
 		return err
 	}
+	// policies is what the runs' tool calls are checked against (SPEC.md section 11).
+	policies := policy.NewRegistry()
+	if err := policies.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	if err := (&agentrun.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: o.Clock, Metrics: m, Executor: exec,
@@ -92,6 +98,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		MaxToolCallsPerTurn:     o.MaxToolCallsPerTurn,
 		RequireSecretLabel:      o.RequireSecretLabel,
 		Audit:                   o.AuditSinkURL != "",
+		Policies:                policies,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -106,6 +113,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	// The audit trail has workers of its own: a refusing sink never holds a run.
 	if err := (&auditor.Reconciler{Client: mgr.GetClient(), Clock: o.Clock, Metrics: m, SinkURL: o.AuditSinkURL,
 		HTTPClient: o.HTTPClient, Policy: o.NotifyPolicy}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&agent.Reconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr)

@@ -14,7 +14,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/antlr4-go/antlr/v4"
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/interpreter"
+	"github.com/google/cel-go/parser/gen"
 
 	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/tools/wire"
@@ -25,7 +28,8 @@ import (
 type GateSpec struct {
 	// Tools are globs over final tool names with path.Match semantics; empty means every tool.
 	Tools []string
-	// When is a CEL expression over `tool` (string) and `args` (map); empty means always.
+	// When is a CEL expression over `tool` (string), `args` (map) and the variables of the
+	// GateEnv that compiles it (NewGates: none); empty means always.
 	// A missing key is an evaluation error (and so requires approval): guard optional
 	// arguments with has(args.key).
 	When string
@@ -41,52 +45,154 @@ const ApprovalIDPrefix = "toolguard:"
 // spec cannot stall the manager.
 const gateCostLimit = 100_000
 
-type gate struct {
-	tools  []string
-	when   cel.Program
+// GateVariables declares what a gate's When sees besides tool and args, by name: the host's
+// facts about the call (for an ApprovalPolicy, the run's namespace and labels).
+type GateVariables struct {
+	// Strings are string variables.
+	Strings []string
+	// StringMaps are maps from string to string.
+	StringMaps []string
+}
+
+// GateEnv compiles gates whose When sees tool, args and the variables it was made with.
+type GateEnv struct {
+	cel *cel.Env
+	// hidden maps each variable named by a word CEL reserves to the name it is declared under,
+	// words the other way.
+	hidden, words map[string]string
+}
+
+// celReserved are the words CEL's grammar reserves (the CEL language definition, "Syntax"):
+// the parser refuses them as identifiers, and `namespace` is one. A variable so named is
+// declared under another name of the same length, and each expression is compiled with the
+// word renamed where it names a variable (see hide), so a policy can write
+// `namespace == "prod"` as its documentation says.
+var celReserved = map[string]bool{"as": true, "break": true, "const": true, "continue": true, "else": true,
+	"for": true, "function": true, "if": true, "import": true, "let": true, "loop": true, "package": true,
+	"namespace": true, "return": true, "var": true, "void": true, "while": true}
+
+// NewGateEnv returns the environment of gates over tool, args and vars.
+func NewGateEnv(vars GateVariables) (*GateEnv, error) {
+	e := &GateEnv{hidden: map[string]string{}, words: map[string]string{}}
+	opts := []cel.EnvOption{
+		cel.Variable("tool", cel.StringType),
+		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
+	}
+	declare := func(name string, t *cel.Type) {
+		if celReserved[name] {
+			e.hidden[name], e.words["_"+name[1:]] = "_"+name[1:], name
+			name = e.hidden[name]
+		}
+		opts = append(opts, cel.Variable(name, t))
+	}
+	for _, name := range vars.Strings {
+		declare(name, cel.StringType)
+	}
+	for _, name := range vars.StringMaps {
+		declare(name, cel.MapType(cel.StringType, cel.StringType))
+	}
+	var err error
+	if e.cel, err = cel.NewEnv(opts...); err != nil {
+		return nil, fmt.Errorf("building the CEL environment: %w", err)
+	}
+	return e, nil
+}
+
+// hide renames, in expr, every identifier that names a variable declared under a hidden name:
+// an identifier token of CEL's own lexer that does not follow a dot (after a dot it selects a
+// field, where reserved words are allowed). Strings, comments and escaped identifiers are other
+// tokens, left as they are. A hidden name is as long as the word, so positions in errors hold.
+func (e *GateEnv) hide(expr string) string {
+	if len(e.hidden) == 0 {
+		return expr
+	}
+	src := []rune(expr)
+	lexer := gen.NewCELLexer(antlr.NewInputStream(expr))
+	lexer.RemoveErrorListeners() // the parser reports what does not lex
+	afterDot := false
+	for tok := lexer.NextToken(); tok.GetTokenType() != antlr.TokenEOF; tok = lexer.NextToken() {
+		if tok.GetChannel() != antlr.TokenDefaultChannel {
+			continue
+		}
+		if hidden, ok := e.hidden[tok.GetText()]; ok && tok.GetTokenType() == gen.CELLexerIDENTIFIER && !afterDot {
+			copy(src[tok.GetStart():], []rune(hidden))
+		}
+		afterDot = tok.GetTokenType() == gen.CELLexerDOT
+	}
+	return string(src)
+}
+
+// shown gives the words their names back in a compiler's message about a hidden expression.
+func (e *GateEnv) shown(err error) error {
+	if len(e.hidden) == 0 {
+		return err
+	}
+	msg := err.Error()
+	for word, hidden := range e.hidden {
+		msg = strings.ReplaceAll(msg, hidden, word)
+	}
+	return errors.New(msg)
+}
+
+// Gate is one compiled GateSpec.
+type Gate struct {
+	tools []toolGlob
+	when  cel.Program
+	// words are the hidden variable names of when's environment, to the words callers use.
+	words  map[string]string
 	prompt *template.Template
+}
+
+// Compile compiles s; name names the prompt template in its errors. An error names the field
+// (tool pattern, when, prompt) and what to fix.
+func (e *GateEnv) Compile(name string, s GateSpec) (*Gate, error) {
+	g := &Gate{words: e.words}
+	for _, p := range s.Tools {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("tool pattern %q: %w", p, err)
+		}
+		g.tools = append(g.tools, newToolGlob(p))
+	}
+	if s.When != "" {
+		ast, iss := e.cel.Compile(e.hide(s.When))
+		if iss.Err() != nil {
+			return nil, fmt.Errorf("when %q: %w", s.When, e.shown(iss.Err()))
+		}
+		if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
+			return nil, fmt.Errorf("when %q yields %s, want bool", s.When, t)
+		}
+		var err error
+		if g.when, err = e.cel.Program(ast, cel.CostLimit(gateCostLimit)); err != nil {
+			return nil, fmt.Errorf("when %q: %w", s.When, err)
+		}
+	}
+	if s.Prompt != "" {
+		var err error
+		if g.prompt, err = parsePrompt(name, s.Prompt); err != nil {
+			return nil, fmt.Errorf("prompt: %w", err)
+		}
+	}
+	return g, nil
 }
 
 // Gates decides which tool calls need an approval first.
 type Gates struct {
-	gates []gate
+	gates []*Gate
 	// now is the clock a prompt render is timed with.
 	now func() time.Time
 }
 
 // NewGates compiles every gate once. An error names the gate index and what to fix.
 func NewGates(specs []GateSpec) (*Gates, error) {
-	env, err := cel.NewEnv(
-		cel.Variable("tool", cel.StringType),
-		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
-	)
+	env, err := NewGateEnv(GateVariables{})
 	if err != nil {
-		return nil, fmt.Errorf("approval gates: building the CEL environment: %w", err)
+		return nil, fmt.Errorf("approval gates: %w", err)
 	}
 	gs := &Gates{now: time.Now}
 	for i, s := range specs {
-		g := gate{tools: s.Tools}
-		for _, p := range s.Tools {
-			if _, err := path.Match(p, ""); err != nil {
-				return nil, fmt.Errorf("approval gate %d: tool pattern %q: %w", i, p, err)
-			}
-		}
-		if s.When != "" {
-			ast, iss := env.Compile(s.When)
-			if iss.Err() != nil {
-				return nil, fmt.Errorf("approval gate %d: when %q: %w", i, s.When, iss.Err())
-			}
-			if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
-				return nil, fmt.Errorf("approval gate %d: when %q yields %s, want bool", i, s.When, t)
-			}
-			if g.when, err = env.Program(ast, cel.CostLimit(gateCostLimit)); err != nil {
-				return nil, fmt.Errorf("approval gate %d: when %q: %w", i, s.When, err)
-			}
-		}
-		if s.Prompt != "" {
-			if g.prompt, err = parsePrompt(fmt.Sprintf("gate%d", i), s.Prompt); err != nil {
-				return nil, fmt.Errorf("approval gate %d: prompt: %w", i, err)
-			}
+		g, err := env.Compile(fmt.Sprintf("gate%d", i), s)
+		if err != nil {
+			return nil, fmt.Errorf("approval gate %d: %w", i, err)
 		}
 		gs.gates = append(gs.gates, g)
 	}
@@ -110,19 +216,17 @@ func (gs *Gates) Check(name string, args map[string]any, callID, rawArguments st
 		args = map[string]any{}
 	}
 	for i, g := range gs.gates {
-		if !g.matches(name) {
+		if !g.Matches(name) {
 			continue
 		}
-		applies, evalErr := g.holds(name, args)
+		applies, evalErr := g.Holds(map[string]any{"tool": name, "args": args})
 		if !applies {
 			continue
 		}
-		data := map[string]any{"tool": name, "arguments": approvalArguments(args, rawArguments)}
-		prompt, err := g.render(name, data, gs.now)
+		req, err := g.Approval(ApprovalIDPrefix+callID, "Approve the call to "+name+"?", name, args, rawArguments, gs.now)
 		if err != nil {
-			return nil, fmt.Errorf("approval gate %d: %w: %w", i, ErrPromptRender, err)
+			return nil, fmt.Errorf("approval gate %d: %w", i, err)
 		}
-		req := &Request{ID: ApprovalIDPrefix + callID, Kind: KindApproval, Prompt: prompt, Data: data}
 		if evalErr != nil {
 			return req, fmt.Errorf("approval gate %d: %w; approval is required", i, evalErr)
 		}
@@ -131,24 +235,63 @@ func (gs *Gates) Check(name string, args map[string]any, callID, rawArguments st
 	return nil, nil
 }
 
-func (g gate) matches(name string) bool {
+// Matches reports whether one of the gate's tool globs matches the tool name (every name when
+// it has none).
+func (g *Gate) Matches(name string) bool {
 	if len(g.tools) == 0 {
 		return true
 	}
 	for _, p := range g.tools {
-		if ok, _ := path.Match(p, name); ok {
+		if p.match(name) {
 			return true
 		}
 	}
 	return false
 }
 
-// holds reports whether the gate's condition holds; an undecidable condition holds (see Check).
-func (g gate) holds(name string, args map[string]any) (bool, error) {
+// toolGlob is a tool pattern. The shapes most patterns have, a name or a prefix and a star, are
+// matched without path.Match: a gate is matched on every tool call, against every policy.
+type toolGlob struct {
+	pattern string
+	// literal is the whole pattern (plain), or the part before its one trailing star (prefix).
+	literal       string
+	plain, prefix bool
+}
+
+func newToolGlob(pattern string) toolGlob {
+	switch i := strings.IndexAny(pattern, `*?[\`); {
+	case i < 0:
+		return toolGlob{pattern: pattern, literal: pattern, plain: true}
+	case i == len(pattern)-1 && pattern[i] == '*':
+		return toolGlob{pattern: pattern, literal: pattern[:i], prefix: true}
+	}
+	return toolGlob{pattern: pattern}
+}
+
+// match is path.Match(g.pattern, name), whose star matches no slash.
+func (g toolGlob) match(name string) bool {
+	switch {
+	case g.plain:
+		return name == g.literal
+	case g.prefix:
+		return strings.HasPrefix(name, g.literal) && !strings.Contains(name[len(g.literal):], "/")
+	}
+	ok, _ := path.Match(g.pattern, name)
+	return ok
+}
+
+// Holds reports whether the gate's When holds over vars, which give tool, args and every
+// variable of the gate's environment. An undecidable When holds, and the error says why (see
+// Check).
+func (g *Gate) Holds(vars map[string]any) (bool, error) {
 	if g.when == nil {
 		return true, nil
 	}
-	out, _, err := g.when.Eval(map[string]any{"tool": name, "args": args})
+	var activation any = vars
+	if len(g.words) > 0 {
+		activation = wordVars{vars: vars, words: g.words}
+	}
+	out, _, err := g.when.Eval(activation)
 	if err != nil {
 		return true, fmt.Errorf("evaluating when: %w", err)
 	}
@@ -159,10 +302,39 @@ func (g gate) holds(name string, args map[string]any) (bool, error) {
 	return b, nil
 }
 
+// wordVars resolves a hidden variable name by the word it stands for (see GateEnv.hide).
+type wordVars struct {
+	vars  map[string]any
+	words map[string]string
+}
+
+func (a wordVars) ResolveName(name string) (any, bool) {
+	if word, ok := a.words[name]; ok {
+		name = word
+	}
+	v, ok := a.vars[name]
+	return v, ok
+}
+
+func (a wordVars) Parent() interpreter.Activation { return nil }
+
+// Approval is the approval Request id for a call of tool the gate applies to: its data are the
+// tool and the arguments the approver must see, its prompt the gate's rendered within bounds
+// (timed by now), or defaultPrompt when the gate has none. A prompt that cannot be rendered is
+// an error wrapping ErrPromptRender.
+func (g *Gate) Approval(id, defaultPrompt, tool string, args map[string]any, rawArguments string, now func() time.Time) (*Request, error) {
+	data := map[string]any{"tool": tool, "arguments": approvalArguments(args, rawArguments)}
+	prompt, err := g.render(defaultPrompt, data, now)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPromptRender, err)
+	}
+	return &Request{ID: id, Kind: KindApproval, Prompt: prompt, Data: data}, nil
+}
+
 // render executes the gate's prompt within its bounds; see renderPrompt.
-func (g gate) render(name string, data map[string]any, now func() time.Time) (string, error) {
+func (g *Gate) render(defaultPrompt string, data map[string]any, now func() time.Time) (string, error) {
 	if g.prompt == nil {
-		return "Approve the call to " + name + "?", nil
+		return defaultPrompt, nil
 	}
 	view := map[string]any{"tool": data["tool"], "arguments": data["arguments"]}
 	if args, ok := data["arguments"].(map[string]any); ok {

@@ -3,6 +3,7 @@ package tools
 import (
 	"errors"
 	"fmt"
+	"path"
 	"runtime"
 	"strings"
 	"testing"
@@ -318,5 +319,142 @@ func sampleHeapPeak() func() uint64 {
 		close(done)
 		<-stopped
 		return peak
+	}
+}
+
+// A host's variables reach When next to tool and args; gates of NewGates do not see them.
+func TestGateEnvVariables(t *testing.T) {
+	env, err := NewGateEnv(GateVariables{Strings: []string{"namespace"}, StringMaps: []string{"labels"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := env.Compile("p", GateSpec{Tools: []string{"pay"},
+		When: `namespace.startsWith("prod-") && labels["team"] == "payments" && args.amount > 1000.0`})
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	vars := func(ns string, labels map[string]string, amount float64) map[string]any {
+		return map[string]any{"tool": "pay", "args": map[string]any{"amount": amount}, "namespace": ns, "labels": labels}
+	}
+	tests := []struct {
+		name    string
+		vars    map[string]any
+		want    bool
+		wantErr string
+	}{
+		{name: "all hold", vars: vars("prod-eu", map[string]string{"team": "payments"}, 5000), want: true},
+		{name: "other namespace", vars: vars("dev", map[string]string{"team": "payments"}, 5000)},
+		{name: "other label", vars: vars("prod-eu", map[string]string{"team": "web"}, 5000)},
+		{name: "small amount", vars: vars("prod-eu", map[string]string{"team": "payments"}, 5)},
+		{name: "a missing label is undecidable, so it holds", vars: vars("prod-eu", map[string]string{}, 5000), want: true,
+			wantErr: "evaluating when: no such key: team"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := g.Holds(tt.vars)
+			if got != tt.want || errString(err) != tt.wantErr {
+				t.Errorf("Holds = %v, %q; want %v, %q", got, errString(err), tt.want, tt.wantErr)
+			}
+		})
+	}
+	if !g.Matches("pay") || g.Matches("payout") {
+		t.Errorf("Matches: the glob is the exact name pay")
+	}
+	if _, err := env.Compile("p", GateSpec{When: `labels.team + 1 == 2`}); err == nil || !strings.Contains(err.Error(), "found no matching overload") {
+		t.Errorf("labels are strings: Compile = %v, want an overload error", err)
+	}
+	if _, err := env.Compile("p", GateSpec{When: `namespace + 1 == 2`}); err == nil ||
+		!strings.Contains(err.Error(), "| namespace + 1 == 2") || strings.Contains(err.Error(), "_amespace") {
+		t.Errorf("an error shows the expression as written: Compile = %v", err)
+	}
+	if _, err := NewGates([]GateSpec{{When: `namespace == "prod"`}}); err == nil || !strings.Contains(err.Error(), "reserved identifier: namespace") {
+		t.Errorf("run gates see tool and args only: NewGates = %v", err)
+	}
+}
+
+// namespace, a word CEL reserves, names the variable wherever it is an identifier, and nothing
+// else: a field, a string, a comment and an escaped field keep their text.
+func TestGateEnvReservedWord(t *testing.T) {
+	env, err := NewGateEnv(GateVariables{Strings: []string{"namespace"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		when string
+		args map[string]any
+		want bool
+	}{
+		{when: `namespace == "prod"`, want: true},
+		{when: `namespace == "namespace"`},
+		{when: "args.namespace == namespace // namespace", args: map[string]any{"namespace": "prod"}, want: true},
+		{when: "args.namespace == namespace", args: map[string]any{"namespace": "dev"}},
+		{when: "args.`namespace` == 'prod'", args: map[string]any{"namespace": "prod"}, want: true},
+		{when: `["a", "b"].exists(n, n + namespace == "bprod")`, want: true},
+		{when: `{namespace: 1}["prod"] == 1`, want: true},
+		{when: `has(args.namespace)`, args: map[string]any{"namespace": "x"}, want: true},
+		{when: `"€" + namespace == "€prod"`, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.when, func(t *testing.T) {
+			g, err := env.Compile("p", GateSpec{When: tt.when})
+			if err != nil {
+				t.Fatalf("Compile: %v", err)
+			}
+			if tt.args == nil {
+				tt.args = map[string]any{}
+			}
+			got, err := g.Holds(map[string]any{"tool": "t", "args": tt.args, "namespace": "prod"})
+			if got != tt.want || err != nil {
+				t.Errorf("Holds = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// Approval renders the gate's prompt over tool and arguments, or gives the host's default.
+func TestGateApproval(t *testing.T) {
+	env, err := NewGateEnv(GateVariables{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := env.Compile("p", GateSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	custom, err := env.Compile("p", GateSpec{Prompt: "Run {{.tool}} on {{index .arguments \"host\"}}?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken, err := env.Compile("p", GateSpec{Prompt: `{{index .arguments.list 5}}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := map[string]any{"host": "db1"}
+	got, err := plain.Approval("id-1", "the default", "ssh", args, "", time.Now)
+	want := &Request{ID: "id-1", Kind: KindApproval, Prompt: "the default", Data: map[string]any{"tool": "ssh", "arguments": args}}
+	if err != nil || !cmp.Equal(got, want) {
+		t.Errorf("Approval = %+v, %v; want %+v", got, err, want)
+	}
+	if got, err := custom.Approval("id-1", "the default", "ssh", args, "", time.Now); err != nil || got.Prompt != "Run ssh on db1?" {
+		t.Errorf("Approval = %+v, %v; want the rendered prompt", got, err)
+	}
+	if got, err := broken.Approval("id-1", "the default", "ssh", map[string]any{"list": []any{}}, "", time.Now); got != nil || !errors.Is(err, ErrPromptRender) {
+		t.Errorf("Approval = %+v, %v; want no request and ErrPromptRender", got, err)
+	}
+}
+
+// A glob matched without path.Match matches what path.Match does.
+func TestToolGlobIsPathMatch(t *testing.T) {
+	patterns := []string{"shell", "delete_*", "*", "", "github_*_merge", "db_drop?", "a[bc]*", `a\*`, "x*y*", "pay*"}
+	names := []string{"shell", "shell2", "delete_", "delete_user", "delete_a/b", "delete", "", "github_x_merge", "db_drop1",
+		"ab", "ac/d", "a*", "xy", "x/y", "payment", "pay", "€pay", "shel"}
+	for _, p := range patterns {
+		g := newToolGlob(p)
+		for _, n := range names {
+			want, _ := path.Match(p, n)
+			if got := g.match(n); got != want {
+				t.Errorf("pattern %q, name %q: match = %v, path.Match = %v", p, n, got, want)
+			}
+		}
 	}
 }
