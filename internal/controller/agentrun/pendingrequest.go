@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/controller/policy"
 	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/tools"
@@ -42,16 +44,28 @@ func requestName(run string, turn int, callID string) string {
 // newPendingRequest builds the PendingRequest for a suspended call of the current turn. Everything
 // in it comes from the saved state and the run's immutable (effective) spec, so building it again after a
 // crash gives the same object. It shows the arguments the retry will run with, whole.
-func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1alpha1.SuspensionPolicy, turn int, call loop.Call) (*toolnexusv1alpha1.PendingRequest, error) {
+//
+// A policy's gate carries its policy's terms (saved with the call, so a policy edited since does
+// not change the request); with audit the request keeps the audit finalizer until its events are
+// delivered.
+func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1alpha1.SuspensionPolicy, turn int, call loop.Call, audit bool) (*toolnexusv1alpha1.PendingRequest, error) {
 	req := call.Request
 	data, err := rawJSON(req.Data)
 	if err != nil {
 		return nil, fmt.Errorf("request data of call %s: %w", call.ID, err)
 	}
 	id := call.ID
-	if call.Approval != nil {
-		// The tool's own suspension after its gate was approved: the gate's request has the plain name.
+	switch {
+	case call.Approval != nil:
+		// The tool's own suspension after its gates approved: the first gate's request has the plain name.
 		id += "/tool"
+	case call.Gated && len(call.Passed) > 0:
+		// A later gate over the same call (a platform's policies come first, then the run's own).
+		id += "/gate-" + strconv.Itoa(len(call.Passed))
+	}
+	terms, err := policyTermsOf(call)
+	if err != nil {
+		return nil, err
 	}
 	preq := &toolnexusv1alpha1.PendingRequest{
 		ObjectMeta: metav1.ObjectMeta{
@@ -67,13 +81,37 @@ func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1a
 			RequestedBy: run.Spec.RequestedBy,
 		},
 	}
-	if s := suspension; s != nil && s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0) {
+	switch s := suspension; {
+	case terms != nil:
+		// A platform's gate: its policy alone says who decides; the run's approvers never widen it.
+		preq.Spec.Policy, preq.Spec.Approvers = &terms.Policy, &terms.Approvers
+		preq.Spec.ExcludeRequester, preq.Spec.Escalation = terms.ExcludeRequester, terms.Escalation
+		if terms.Required > 1 {
+			preq.Spec.Required = terms.Required
+		}
+	case s != nil && s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0):
 		preq.Spec.Approvers = s.Approvers.DeepCopy()
+	}
+	if audit {
+		preq.Finalizers = []string{toolnexusv1alpha1.AuditFinalizer}
 	}
 	if s := suspension; s != nil && len(s.Notify) > 0 {
 		preq.Spec.Notify = s.DeepCopy().Notify
 	}
 	return preq, nil
+}
+
+// policyTermsOf reads the policy terms a call's gate was raised with (saved with the call as
+// loop.Gate.Terms); nil for any other request.
+func policyTermsOf(call loop.Call) (*policy.Terms, error) {
+	if !call.Gated || call.Gate == nil || len(call.Gate.Terms) == 0 {
+		return nil, nil
+	}
+	var t policy.Terms
+	if err := json.Unmarshal(call.Gate.Terms, &t); err != nil || t.Policy.Name == "" {
+		return nil, fmt.Errorf("the terms of gate %s of call %s are unreadable", call.Gate.Key, call.ID)
+	}
+	return &t, nil
 }
 
 func rawJSON(v map[string]any) (*apiextensionsv1.JSON, error) {

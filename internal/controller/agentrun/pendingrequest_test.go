@@ -1,11 +1,14 @@
 package agentrun
 
 import (
+	"encoding/json"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/controller/policy"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/tools"
 )
@@ -28,14 +31,14 @@ func TestNewPendingRequestCopiesTheRequester(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
 			run.Spec.RequestedBy = tc.requestedBy
-			preq, err := newPendingRequest(run, run.Spec.Suspension, 1, tc.call)
+			preq, err := newPendingRequest(run, run.Spec.Suspension, 1, tc.call, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if preq.Spec.RequestedBy != tc.requestedBy {
 				t.Errorf("spec.requestedBy = %q, want the run's %q", preq.Spec.RequestedBy, tc.requestedBy)
 			}
-			again, err := newPendingRequest(run.DeepCopy(), run.Spec.Suspension, 1, tc.call)
+			again, err := newPendingRequest(run.DeepCopy(), run.Spec.Suspension, 1, tc.call, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,5 +46,51 @@ func TestNewPendingRequestCopiesTheRequester(t *testing.T) {
 				t.Errorf("a second build differs: %+v, first %+v", again.Spec, preq.Spec)
 			}
 		})
+	}
+}
+
+// A policy's gate takes who decides from the policy's terms saved with the call, never from the
+// run: the run's approvers do not widen it. A later gate over the same call gets a name of its
+// own, and with auditing every request keeps the audit finalizer.
+func TestNewPendingRequestOfAPolicyGate(t *testing.T) {
+	terms := policy.Terms{
+		Policy:    toolnexusv1alpha1.PolicyReference{Name: "prod-changes", Generation: 3},
+		Approvers: toolnexusv1alpha1.Approvers{Groups: []string{"platform"}}, Required: 2, ExcludeRequester: true,
+		Escalation: []toolnexusv1alpha1.EscalationStep{{Approvers: &toolnexusv1alpha1.Approvers{Groups: []string{"leads"}}}},
+	}
+	raw, err := json.Marshal(terms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := waitingCall("call_1")
+	call.Gated, call.Gate = true, &loop.Gate{Key: "policy/prod-changes", Terms: raw}
+	run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
+	first, err := newPendingRequest(run, run.Spec.Suspension, 1, call, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := toolnexusv1alpha1.PendingRequestSpec{
+		RunRef: first.Spec.RunRef, ToolCall: first.Spec.ToolCall, Request: first.Spec.Request,
+		Policy: &terms.Policy, Approvers: &terms.Approvers, Required: 2, ExcludeRequester: true, Escalation: terms.Escalation,
+	}
+	if !equality.Semantic.DeepEqual(first.Spec, want) {
+		t.Errorf("spec = %+v, want the policy's terms %+v", first.Spec, want)
+	}
+	if first.Name != "deploy-1-call-1" || !slices.Equal(first.Finalizers, []string{toolnexusv1alpha1.AuditFinalizer}) {
+		t.Errorf("name %s, finalizers %v; want deploy-1-call-1 with the audit finalizer", first.Name, first.Finalizers)
+	}
+
+	call.Passed = []string{"policy/a-first"}
+	later, err := newPendingRequest(run, run.Spec.Suspension, 1, call, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if later.Name == first.Name || len(later.Finalizers) != 0 {
+		t.Errorf("the second gate's request is named %s (the first's %s), finalizers %v", later.Name, first.Name, later.Finalizers)
+	}
+
+	call.Gate.Terms = []byte(`{"policy":{}}`)
+	if _, err := newPendingRequest(run, run.Spec.Suspension, 1, call, false); err == nil {
+		t.Error("terms that name no policy built a request")
 	}
 }

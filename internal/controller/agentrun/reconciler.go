@@ -28,6 +28,7 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/controller/metrics"
+	"github.com/toolnexus/operator/internal/controller/policy"
 	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/kube"
@@ -44,6 +45,9 @@ const (
 	// watch wakes it at once; this covers a Secret that appears before the cache shows the run
 	// waiting for it (the watch only wakes runs that wait).
 	secretRecheck = time.Minute
+	// nameRecheck is how often a run whose request name is held by a previous run's request,
+	// deleted but kept for its audit events, looks again (the deletion itself wakes it too).
+	nameRecheck = 10 * time.Second
 )
 
 // Event reasons.
@@ -94,6 +98,11 @@ type Reconciler struct {
 	RequireSecretLabel bool
 	// Tracing writes each run's trace; nil writes none.
 	Tracing *telemetry.Tracing
+	// Policies are the platform's ApprovalPolicies, asked at every tool call; nil gates nothing
+	// beyond a run's own approvals.
+	Policies Policies
+	// Audit creates every PendingRequest with the audit finalizer (--audit-sink-url).
+	Audit bool
 
 	// Executor runs the steps, bounded and fair across namespaces; the manager runs it while it
 	// leads.
@@ -103,6 +112,12 @@ type Reconciler struct {
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
+
+// Policies says which ApprovalPolicies gate a call of a run in namespace with runLabels
+// (policy.Registry).
+type Policies interface {
+	Check(ctx context.Context, namespace string, runLabels map[string]string, tool string, args map[string]any, callID, rawArguments string) ([]policy.Gate, error)
+}
 
 // Why each permission is there (the manager's ClusterRole is generated from these markers):
 //   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished.
@@ -318,6 +333,9 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error)
 	// Announce first: a request created just before a crash may already carry an answer.
 	if err := r.announce(ctx, s); err != nil || st.Ended() {
 		return ctrl.Result{}, err
+	}
+	if s.progress.reason == toolnexusv1alpha1.ReasonRequestNameInUse {
+		return ctrl.Result{RequeueAfter: nameRecheck}, nil
 	}
 	seen, err := r.seen(ctx, s)
 	if err != nil {

@@ -239,7 +239,7 @@ func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 		if call.Phase != loop.PhaseSuspended || call.Announced != nil {
 			continue
 		}
-		preq, err := newPendingRequest(s.run, s.spec.Suspension, st.Turn, *call)
+		preq, err := newPendingRequest(s.run, s.spec.Suspension, st.Turn, *call, r.Audit)
 		if err != nil {
 			return err
 		}
@@ -251,6 +251,15 @@ func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 		if apierrors.IsAlreadyExists(err) {
 			// Created before a crash, possibly answered since: read it as it is now.
 			if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(preq), preq); err == nil {
+				if !metav1.IsControlledBy(preq, s.run) && preq.DeletionTimestamp != nil {
+					// A previous run of this name left it, deleted but kept until its audit
+					// events are delivered: this call's request waits for the name (its deletion
+					// wakes the run).
+					s.progress.reason = toolnexusv1alpha1.ReasonRequestNameInUse
+					s.progress.message = fmt.Sprintf("PendingRequest %s of a previous run named %s is being deleted (its audit events "+
+						"are still being delivered); this run's request is created once it is gone", preq.Name, s.run.Name)
+					continue
+				}
 				if !metav1.IsControlledBy(preq, s.run) || !equality.Semantic.DeepEqual(preq.Spec, want) {
 					st.End(toolnexusv1alpha1.ReasonStateMismatch, fmt.Sprintf(
 						"PendingRequest %s exists but is not the request this run would create for call %s; delete it or rename the run", preq.Name, call.ID))

@@ -2,8 +2,10 @@ package agentrun
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -151,11 +153,39 @@ func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRu
 		},
 		HTTPClient: r.HTTPClient, IdempotencyPrefix: string(run.UID), OnEvent: observe, Clock: r.Clock.Now,
 		Tracer: r.Tracing.Loop(trace), MaxToolCallsPerTurn: r.MaxToolCallsPerTurn,
+		Policies: r.policyGates(run),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &stepper{Built: built, trace: trace}, nil
+}
+
+// policyGates asks the platform's policies about each call of run, at call time, so a policy
+// created while the run waits gates its next matching call.
+func (r *Reconciler) policyGates(run *toolnexusv1alpha1.AgentRun) func(context.Context, string, map[string]any, string, string) ([]runspec.PolicyGate, error) {
+	if r.Policies == nil {
+		return nil
+	}
+	namespace, labels := run.Namespace, maps.Clone(run.Labels)
+	return func(ctx context.Context, tool string, args map[string]any, callID, raw string) ([]runspec.PolicyGate, error) {
+		gates, err := r.Policies.Check(ctx, namespace, labels, tool, args, callID, raw)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]runspec.PolicyGate, len(gates))
+		for i, g := range gates {
+			out[i] = runspec.PolicyGate{Key: "policy/" + g.Policy, Refused: g.Refused, Request: g.Request,
+				Timeout: g.Terms.Timeout, OnTimeout: string(g.Terms.OnTimeout)}
+			if g.Refused != "" {
+				continue
+			}
+			if out[i].Terms, err = json.Marshal(g.Terms); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
 }
 
 func (r *Reconciler) checkHeaders(ctx context.Context, namespace string, hs []toolnexusv1alpha1.HTTPHeader, what string) error {
