@@ -164,11 +164,11 @@ func chain(refuse bool) Hooks {
 
 func TestCallPassesEveryGate(t *testing.T) {
 	cases := []struct {
-		name    string
-		refuse  bool
-		second  tools.Answer // to the run gate; zero when the gate refuses instead
-		runs    []string
-		result  string
+		name   string
+		refuse bool
+		second tools.Answer // to the run gate; zero when the gate refuses instead
+		runs   []string
+		result string
 	}{
 		{"both approve: runs once", false, tools.Answer{OK: true}, []string{`call_1 {"db":"other"}`}, "deleted"},
 		{"second declines: never runs", false, tools.AnswerDeclined("", "no"), nil, "declined/expired: Approve for run?\nreason: no"},

@@ -34,8 +34,10 @@ var (
 	admin client.Client
 	// erin holds what the built-in edit role gives in a namespace: config/rbac's editor and viewer
 	// roles (aggregated to edit) and every verb on ConfigMaps and Secrets. She is no answerer.
-	// alice is an answerer (config/rbac's answerer role) and the runs' approver.
-	erin, alice client.Client
+	// alice is an answerer (config/rbac's answerer role) and the runs' approver; bob and carol are
+	// answerers too, named by some ApprovalPolicies. aliceUser has alice's kubeconfig, for kubectl.
+	erin, alice, bob, carol client.Client
+	aliceUser               *testenv.User
 	// managerConfig authenticates as the manager's ServiceAccount.
 	managerConfig *rest.Config
 	// toolnexus is the operator, run as managerConfig; managerDone is closed once the running
@@ -63,9 +65,14 @@ var _ = BeforeSuite(func() {
 	for _, role := range []string{"toolnexus-agentrun-editor", "toolnexus-agentrun-viewer", "test-edit-core"} {
 		bind("erin-"+role, role, "erin")
 	}
-	bind("alice-answerer", "toolnexus-answerer", "alice")
+	for _, user := range []string{"alice", "bob", "carol"} {
+		bind(user+"-answerer", "toolnexus-answerer", user)
+	}
 	erin = clientAs(envtest.User{Name: "erin"})
-	alice = clientAs(envtest.User{Name: "alice"})
+	aliceUser = testEnv.User(GinkgoT(), "alice")
+	alice = aliceUser.Client
+	bob = clientAs(envtest.User{Name: "bob"})
+	carol = clientAs(envtest.User{Name: "carol"})
 	managerConfig = testEnv.Manager(GinkgoT()).Config
 	// The manager requires the Secret access label and holds at most 8 MiB of transcript per run.
 	toolnexus = operator.New(GinkgoT(), managerConfig, func() controller.Options {
