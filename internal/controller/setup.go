@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolnexus/operator/internal/controller/agent"
 	"github.com/toolnexus/operator/internal/controller/agentrun"
+	"github.com/toolnexus/operator/internal/controller/approval"
 	"github.com/toolnexus/operator/internal/controller/metrics"
 	"github.com/toolnexus/operator/internal/controller/notifier"
 	"github.com/toolnexus/operator/internal/executor"
@@ -89,6 +90,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("notify-controller"),
 		Clock: o.Clock, HTTPClient: o.HTTPClient, Metrics: m, Executor: exec,
 		RequireSecretLabel: o.RequireSecretLabel, Policy: o.NotifyPolicy,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&approval.Reconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("quorum-controller"), Clock: o.Clock,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

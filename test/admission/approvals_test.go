@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/testenv/operator"
 )
 
 // addEntry adds c's entry (JSON, its at left to the API server) to preq's approvals, the way a
@@ -297,5 +298,48 @@ var _ = Describe("Escalation", func() {
 		expectStamped(single, "lena")
 		expectEntries(quorum, "lena")
 		Expect(approve(bob, quorum, "bob")).To(MatchError(ContainSubstring(refusedBob)), "the step widened the approvers by its own only")
+	})
+})
+
+var _ = Describe("The operator's quorum room, behind these policies", Ordered, func() {
+	BeforeAll(func() {
+		// The whole operator, as its ServiceAccount: its other rooms leave these requests alone
+		// (they belong to no run and name no sink).
+		toolnexus := operator.New(GinkgoT(), testEnv.Manager(GinkgoT()).Config, nil)
+		toolnexus.Start(GinkgoT())
+		DeferCleanup(func() { Expect(toolnexus.Stop()).To(Succeed()) })
+	})
+
+	answerOf := func(preq *toolnexusv1alpha1.PendingRequest) func() *toolnexusv1alpha1.Answer {
+		return func() *toolnexusv1alpha1.Answer { return stored(preq).Status.Answer }
+	}
+	approvalsIn := func(a *toolnexusv1alpha1.Answer) []toolnexusv1alpha1.ApprovalEntry {
+		GinkgoHelper()
+		var data struct {
+			Approvals []toolnexusv1alpha1.ApprovalEntry `json:"approvals"`
+		}
+		Expect(a.Data).NotTo(BeNil())
+		Expect(json.Unmarshal(a.Data.Raw, &data)).To(Succeed())
+		return data.Approvals
+	}
+
+	It("answers once alice and carol approved, or one of them declined, as system:quorum, stamped", func() {
+		ns := newNamespace()
+		approved, declined := quorumRequest(ns, 2, approvers, nil), quorumRequest(ns, 2, approvers, nil)
+		Expect(approve(alice, approved, "alice")).To(Succeed())
+		Expect(approve(alice, declined, "alice")).To(Succeed())
+		Consistently(answerOf(approved), time.Second, 200*time.Millisecond).Should(BeNil(), "one approval of two")
+
+		Expect(approve(carol, approved, "carol")).To(Succeed())
+		Expect(decline(carol, declined, "carol")).To(Succeed())
+		for _, preq := range []*toolnexusv1alpha1.PendingRequest{approved, declined} {
+			Eventually(answerOf(preq)).WithTimeout(30 * time.Second).ShouldNot(BeNil())
+			expectStamped(preq, toolnexusv1alpha1.QuorumAnswerer)
+			got := stored(preq)
+			Expect(approvalsIn(got.Status.Answer)).To(BeComparableTo(got.Status.Approvals), "the entries as the API server stamped them")
+		}
+		Expect(stored(approved).Status.Answer.OK).To(BeTrue())
+		Expect(stored(declined).Status.Answer).To(HaveField("OK", false))
+		Expect(stored(declined).Status.Answer.Reason).To(Equal("not this quarter"))
 	})
 })

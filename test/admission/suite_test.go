@@ -1,6 +1,7 @@
-// Package admission_test checks the admission policies of config/policies (who may answer a
-// PendingRequest, what an answer must carry, who answered and when) against a real API server, with
-// the RBAC of config/rbac, acting as distinct authenticated users.
+// Package admission_test checks the admission policies of config/policies (who may answer or
+// approve a PendingRequest, what an answer must carry, who answered and when, who requested a run)
+// against a real API server, with the RBAC of config/rbac, acting as distinct authenticated users;
+// and the operator's quorum room, run as the manager's ServiceAccount, behind those policies.
 package admission_test
 
 import (
@@ -12,8 +13,10 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/testenv"
@@ -51,6 +54,7 @@ func TestAdmissionPolicies(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx = context.Background()
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	// What `make install` applies, built the way it builds it (kubectl's embedded kustomize).
 	testEnv = testenv.Start(GinkgoT(), testenv.Options{Install: []string{"rbac", "policies"}})
 	env, cfg, scheme = testEnv.Environment, testEnv.Config, testEnv.Scheme
