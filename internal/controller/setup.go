@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolnexus/operator/internal/controller/agent"
 	"github.com/toolnexus/operator/internal/controller/agentrun"
+	"github.com/toolnexus/operator/internal/controller/approval"
 	"github.com/toolnexus/operator/internal/controller/auditor"
 	"github.com/toolnexus/operator/internal/controller/metrics"
 	"github.com/toolnexus/operator/internal/controller/notifier"
@@ -116,6 +117,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// A request that needs several approvals is answered once its entries decide it.
+	if err := (&approval.Reconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("quorum-controller"), Clock: o.Clock,
+	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&agent.Reconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr)

@@ -28,19 +28,31 @@ func newNamespace() string {
 // newRequest creates a PendingRequest of kind, with request data and approvers (both optional),
 // as the controller would.
 func newRequest(ns, kind string, data map[string]any, approvers *toolnexusv1alpha1.Approvers) *toolnexusv1alpha1.PendingRequest {
+	GinkgoHelper()
+	return newRequestWith(ns, func(s *toolnexusv1alpha1.PendingRequestSpec) {
+		s.Request.Kind, s.Approvers = kind, approvers
+		if data != nil {
+			raw, err := json.Marshal(data)
+			Expect(err).NotTo(HaveOccurred())
+			s.Request.Data = &apiextensionsv1.JSON{Raw: raw}
+		}
+	})
+}
+
+// newRequestWith creates an approval PendingRequest as the controller would, after edit (when
+// not nil) changed its spec.
+func newRequestWith(ns string, edit func(*toolnexusv1alpha1.PendingRequestSpec)) *toolnexusv1alpha1.PendingRequest {
+	GinkgoHelper()
 	preq := &toolnexusv1alpha1.PendingRequest{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "buy-gpu-1-call-", Namespace: ns},
 		Spec: toolnexusv1alpha1.PendingRequestSpec{
-			RunRef:    toolnexusv1alpha1.RunReference{Name: "buy-gpu"},
-			ToolCall:  toolnexusv1alpha1.ToolCall{ID: "call_1", Name: "approve_purchase", Arguments: `{"item":"gpu"}`},
-			Request:   toolnexusv1alpha1.Request{ID: "pnd-lx2k1-1", Kind: kind, Prompt: "Approve purchase of gpu?"},
-			Approvers: approvers,
+			RunRef:   toolnexusv1alpha1.RunReference{Name: "buy-gpu"},
+			ToolCall: toolnexusv1alpha1.ToolCall{ID: "call_1", Name: "approve_purchase", Arguments: `{"item":"gpu"}`},
+			Request:  toolnexusv1alpha1.Request{ID: "pnd-lx2k1-1", Kind: "approval", Prompt: "Approve purchase of gpu?"},
 		},
 	}
-	if data != nil {
-		raw, err := json.Marshal(data)
-		Expect(err).NotTo(HaveOccurred())
-		preq.Spec.Request.Data = &apiextensionsv1.JSON{Raw: raw}
+	if edit != nil {
+		edit(&preq.Spec)
 	}
 	Expect(admin.Create(ctx, preq)).To(Succeed())
 	return preq

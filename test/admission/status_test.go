@@ -125,6 +125,8 @@ var _ = Describe("Status beyond the answer", func() {
 		Entry("observedGeneration", `{"status":{"observedGeneration":7}}`, "status.observedGeneration"),
 		Entry("a notification record", `{"status":{"notifications":[{"sink":"ops","event":"Opened","outcome":"Delivered","attempts":1}]}}`,
 			"status.notifications"),
+		Entry("an escalation record", `{"status":{"escalations":[{"step":0,"time":"2026-12-01T00:00:00Z"}]}}`, "status.escalations"),
+		Entry("an audit record", `{"status":{"audited":["requested"]}}`, "status.audited"),
 	)
 
 	It("is refused to an approver too, and to an answer that carries it: nothing of the write is stored", func() {

@@ -1,6 +1,7 @@
-// Package admission_test checks the admission policies of config/policies (who may answer a
-// PendingRequest, what an answer must carry, who answered and when) against a real API server, with
-// the RBAC of config/rbac, acting as distinct authenticated users.
+// Package admission_test checks the admission policies of config/policies (who may answer or
+// approve a PendingRequest, what an answer must carry, who answered and when, who requested a run)
+// against a real API server, with the RBAC of config/rbac, acting as distinct authenticated users;
+// and the operator's quorum room, run as the manager's ServiceAccount, behind those policies.
 package admission_test
 
 import (
@@ -12,14 +13,20 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
-const approverGroup = "purchasing-approvers"
+const (
+	approverGroup = "purchasing-approvers"
+	// escalationGroup approves only where a request's escalation step names it.
+	escalationGroup = "purchasing-leads"
+)
 
 // managerUser and managerGroups are the manager's ServiceAccount, the subject config/rbac binds.
 var managerUser, managerGroups = testenv.ManagerUser.Name, testenv.ManagerUser.Groups
@@ -34,9 +41,10 @@ var (
 	// admin is system:masters; it creates the PendingRequests, as the controller would.
 	admin client.Client
 	// alice and bob may answer by RBAC (the toolnexus-answerer ClusterRole); carol through her
-	// group; dave has no RBAC at all; erin gets toolnexus-agentrun-editor where a test binds it;
-	// manager is the operator's ServiceAccount, authenticated by a token the API server issued.
-	alice, bob, carol, dave, erin, manager client.Client
+	// group, and lena through hers (escalationGroup); dave has no RBAC at all; erin gets
+	// toolnexus-agentrun-editor where a test binds it; manager is the operator's ServiceAccount,
+	// authenticated by a token the API server issued.
+	alice, bob, carol, lena, dave, erin, manager client.Client
 )
 
 func TestAdmissionPolicies(t *testing.T) {
@@ -46,6 +54,7 @@ func TestAdmissionPolicies(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx = context.Background()
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	// What `make install` applies, built the way it builds it (kubectl's embedded kustomize).
 	testEnv = testenv.Start(GinkgoT(), testenv.Options{Install: []string{"rbac", "policies"}})
 	env, cfg, scheme = testEnv.Environment, testEnv.Config, testEnv.Scheme
@@ -53,10 +62,11 @@ var _ = BeforeSuite(func() {
 
 	// The people: answering is granted by the answerer ClusterRole, as an administrator would.
 	testEnv.Bind(GinkgoT(), "test-answerers", "toolnexus-answerer",
-		append(testenv.Users("alice", "bob"), testenv.Group(approverGroup))...)
+		append(testenv.Users("alice", "bob"), testenv.Group(approverGroup), testenv.Group(escalationGroup))...)
 	alice = clientAs(envtest.User{Name: "alice"})
 	bob = clientAs(envtest.User{Name: "bob"})
 	carol = clientAs(envtest.User{Name: "carol", Groups: []string{approverGroup}})
+	lena = clientAs(envtest.User{Name: "lena", Groups: []string{escalationGroup}})
 	dave = clientAs(envtest.User{Name: "dave"})
 	erin = clientAs(envtest.User{Name: "erin"})
 	manager = testEnv.Manager(GinkgoT()).Client
@@ -74,8 +84,10 @@ var _ = BeforeSuite(func() {
 		{"bob", nil, "patch"},
 		{"bob", nil, "update"},
 		{"carol", []string{approverGroup}, "patch"},
+		{"lena", []string{escalationGroup}, "patch"},
 		{managerUser, managerGroups, "patch"},
 		{managerUser, managerGroups, "expire"},
+		{managerUser, managerGroups, "quorum"},
 		{managerUser, managerGroups, "manage"},
 	} {
 		Eventually(func() (bool, error) {
@@ -84,7 +96,8 @@ var _ = BeforeSuite(func() {
 			"%s may %s pendingrequests/status", grant.user, grant.verb)
 	}
 
-	// A policy is enforced a moment after it is created: wait until both are.
+	// A policy is enforced a moment after it is created: wait until the answer rules and both
+	// stamps are.
 	By("waiting for the ValidatingAdmissionPolicy to refuse bob")
 	Eventually(func() error {
 		preq := newRequest(ns, "approval", nil, &toolnexusv1alpha1.Approvers{Users: []string{"alice"}})
@@ -96,6 +109,15 @@ var _ = BeforeSuite(func() {
 		err := patchStatus(alice, preq, `{"status":{"answer":{"ok":true},"answeredBy":"alice-forged"}}`)
 		return preq.Status.AnsweredBy, err
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("alice"))
+	By("waiting for the MutatingAdmissionPolicy to stamp approval entries")
+	Eventually(func() (time.Time, error) {
+		preq := newRequestWith(ns, func(s *toolnexusv1alpha1.PendingRequestSpec) { s.Required = 2 })
+		err := patchStatus(alice, preq, `{"status":{"approvals":[{"user":"alice","ok":true,"at":"2020-01-01T00:00:00Z"}]}}`)
+		if err != nil || len(preq.Status.Approvals) != 1 || preq.Status.Approvals[0].At == nil {
+			return time.Time{}, err
+		}
+		return preq.Status.Approvals[0].At.Time, nil
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(BeTemporally("~", time.Now(), 10*time.Second))
 })
 
 // clientAs provisions an authenticated user (a client certificate) and returns a client for it.
