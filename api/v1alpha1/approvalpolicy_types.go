@@ -210,7 +210,8 @@ type PolicyReference struct {
 // ApprovalEntry is one approver's decision on a request that needs several (spec.required > 1).
 // The API server stamps user and at; each entry is written by its own user and never changes.
 type ApprovalEntry struct {
-	// user who decided, stamped by the API server (leave it out or give your own).
+	// user who decided: your own user name (an empty one is filled in by the API server); an
+	// entry for anyone else is refused.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512

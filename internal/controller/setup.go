@@ -1,6 +1,8 @@
 // Package controller wires the operator's controllers, one room each: agentrun (runs the
-// AgentRuns step by step), notifier (tells people about PendingRequests) and agent (says whether
-// an Agent can run). They share the executor that does model, tool and notification I/O, the
+// AgentRuns step by step), notifier (tells people about PendingRequests), approval (answers a
+// request whose approvers' entries decided it), auditor (delivers the audit trail), policy (says
+// whether an ApprovalPolicy can be applied, and keeps them compiled for the call path) and agent
+// (says whether an Agent can run). They share the executor that does model, tool and notification I/O, the
 // network guard, the metrics and the bounds. Its envtest suite drives them together.
 package controller
 
