@@ -12,20 +12,15 @@ import (
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
-// letApprove lets users read the requests of ns and add their approval entries there.
-//
-// The entries are written as the API server will take them from approvers (SPEC.md section 11),
-// but the toolnexus-status-owner policy of config/policies predates status.approvals and leaves
-// an answerer nothing of status but the answer: the users also get the verb "manage" on
-// pendingrequests/status in ns, which that policy leaves to the manager, so that these specs test
-// what the plugin writes and shows, not the admission rules (test/admission tests those).
+// letApprove lets users read the requests of ns and add their approval entries there, as the
+// answerer role does.
 func letApprove(ns string, users ...string) {
 	GinkgoHelper()
 	Expect(admin.Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "approvers", Namespace: ns},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{toolnexusv1alpha1.GroupVersion.Group}, Resources: []string{"pendingrequests"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{toolnexusv1alpha1.GroupVersion.Group}, Resources: []string{"pendingrequests/status"}, Verbs: []string{"get", "patch", "manage"}},
+			{APIGroups: []string{toolnexusv1alpha1.GroupVersion.Group}, Resources: []string{"pendingrequests/status"}, Verbs: []string{"get", "patch"}},
 		},
 	})).To(Succeed())
 	Expect(admin.Create(ctx, &rbacv1.RoleBinding{
@@ -35,7 +30,7 @@ func letApprove(ns string, users ...string) {
 	})).To(Succeed())
 	for _, user := range users {
 		var attrs []authorizationv1.ResourceAttributes
-		for _, a := range []authorizationv1.ResourceAttributes{testenv.Access("list", "pendingrequests"), testenv.Access("manage", "pendingrequests/status")} {
+		for _, a := range []authorizationv1.ResourceAttributes{testenv.Access("list", "pendingrequests"), testenv.Access("patch", "pendingrequests/status")} {
 			a.Namespace = ns
 			attrs = append(attrs, a)
 		}

@@ -9,39 +9,11 @@ import (
 	"github.com/chromedp/chromedp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/testenv"
 )
-
-// letEnterApprovals lets users add approval entries to the requests of ns.
-//
-// The toolnexus-status-owner policy of config/policies predates status.approvals (SPEC.md section
-// 11) and leaves an answerer nothing of status but the answer: the users get the verb "manage" on
-// pendingrequests/status in ns, which that policy leaves to the manager, so that this suite tests
-// what the inbox shows and writes, not the admission rules (test/admission tests those).
-func letEnterApprovals(ns string, users ...string) {
-	GinkgoHelper()
-	Expect(admin.Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "approval-entries", Namespace: ns},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{toolnexusv1alpha1.GroupVersion.Group},
-			Resources: []string{"pendingrequests/status"}, Verbs: []string{"manage"}}},
-	})).To(Succeed())
-	Expect(admin.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "approval-entries", Namespace: ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "approval-entries"},
-		Subjects:   testenv.Users(users...),
-	})).To(Succeed())
-	for _, user := range users {
-		attrs := testenv.Access("manage", "pendingrequests/status")
-		attrs.Namespace = ns
-		testEnv.WaitAllowed(GinkgoT(), envtest.User{Name: user}, attrs)
-	}
-}
 
 // buttons are the values of the buttons of the page's forms, the answers it offers.
 func buttons(browser context.Context) []string {
@@ -55,7 +27,6 @@ func buttons(browser context.Context) []string {
 var _ = Describe("The inbox's quorum", func() {
 	It("adds alice's entry to a request that needs two approvals, shows 1 of 2 (alice) live, and never offers a direct answer", func() {
 		ns := newNamespace()
-		letEnterApprovals(ns, "alice", "carol")
 		preq := &toolnexusv1alpha1.PendingRequest{
 			ObjectMeta: metav1.ObjectMeta{Name: "deploy-prod-1-call-1", Namespace: ns},
 			Spec: toolnexusv1alpha1.PendingRequestSpec{
