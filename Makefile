@@ -95,9 +95,10 @@ fuzz: ## Run every fuzz target for FUZZTIME (new crashers land in testdata/fuzz)
 
 BENCH_FLAGS ?=
 .PHONY: bench
-bench: manifests generate ## Benchmarks: resume latency, throughput, parked scale, slow models, fairness, 5,000 active runs; figures into docs/benchmarks.md. BENCH_FLAGS="-parked=500 -idle=10s -slow-runs=96 -scale=500" for a quick pass.
+bench: manifests generate ## Benchmarks: resume latency, throughput, parked scale, slow models, fairness, 5,000 active runs, hostile inputs, 100 ApprovalPolicies; figures into docs/benchmarks.md. BENCH_FLAGS="-parked=500 -idle=10s -slow-runs=96 -scale=500" for a quick pass.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/bench -doc=docs/benchmarks.md $(BENCH_FLAGS)
 	go test ./internal/runstore -run '^$$' -bench 'SaveRecord' -benchmem
+	go test ./internal/controller/policy -run '^$$' -bench 'Check100Policies' -benchmem
 
 .PHONY: test-e2e
 test-e2e: manifests generate ## Run the e2e tests: built binaries, local control plane, real kubectl.

@@ -7,7 +7,7 @@
 // manager as a subprocess, drives it with model and tool servers on loopback, and prints a table;
 // with -doc it also writes the figures into docs/benchmarks.md.
 //
-//	go run ./hack/bench -scenarios=resume,throughput,parked,slow,fairness,scale,hostile
+//	go run ./hack/bench -scenarios=resume,throughput,parked,slow,fairness,scale,hostile,policies
 package main
 
 import (
@@ -35,6 +35,7 @@ import (
 
 type config struct {
 	scenarios    map[string]bool
+	policies     int
 	workers      int
 	resumeN      int
 	resumeGap    time.Duration
@@ -93,8 +94,9 @@ type harness struct {
 func main() {
 	var c config
 	var scenarios, managerArgs, slowRuns string
-	flag.StringVar(&scenarios, "scenarios", "resume,throughput,parked,slow,fairness,scale,hostile",
-		"Comma-separated scenarios: resume, throughput (with its in-process baseline), parked, slow, fairness, scale, hostile.")
+	flag.StringVar(&scenarios, "scenarios", "resume,throughput,parked,slow,fairness,scale,hostile,policies",
+		"Comma-separated scenarios: resume, throughput (with its in-process baseline), parked, slow, fairness, scale, hostile, policies.")
+	flag.IntVar(&c.policies, "policies", 100, "policies: ApprovalPolicies installed for the throughput rounds that follow the rounds without any.")
 	flag.IntVar(&c.workers, "max-concurrent-reconciles", 8, "The manager's --max-concurrent-reconciles.")
 	flag.IntVar(&c.resumeN, "resume", 200, "Answers measured for resume latency (one run each, answered one at a time).")
 	flag.DurationVar(&c.resumeGap, "resume-gap", 20*time.Millisecond, "Pause after a resumed run completes before the next answer.")
@@ -269,11 +271,12 @@ func run(c config) error {
 }
 
 // scenarioNames are what -scenarios selects from, in the order they run.
-var scenarioNames = []string{"resume", "throughput", "parked", "slow", "fairness", "scale", "hostile"}
+var scenarioNames = []string{"resume", "throughput", "parked", "slow", "fairness", "scale", "hostile", "policies"}
 
 func (h *harness) scenario(name string) func(context.Context) error {
 	return map[string]func(context.Context) error{"resume": h.resume, "throughput": h.throughput,
-		"parked": h.parkedScale, "slow": h.slowModel, "fairness": h.fairness, "scale": h.scale, "hostile": h.hostile}[name]
+		"parked": h.parkedScale, "slow": h.slowModel, "fairness": h.fairness, "scale": h.scale, "hostile": h.hostile,
+		"policies": h.policies}[name]
 }
 
 // inflightBounds are the manager's --max-inflight and --max-inflight-per-namespace: its defaults,

@@ -34,7 +34,10 @@ type results struct {
 	fairness       fairnessResult
 	scale          *slowResult
 	hostile        hostileResult
-	managerErrors  int
+	// policiesNone and policiesMany are throughput rounds without ApprovalPolicies and with
+	// -policies of them installed (none gating the workload).
+	policiesNone, policiesMany []tpRound
+	managerErrors              int
 }
 
 func newResults(c config) *results { return &results{cfg: c} }
@@ -131,6 +134,7 @@ func (r *results) table() string {
 	r.fairnessRows(row)
 	r.scaleRows(row)
 	r.hostileRows(row)
+	r.policyRows(row)
 	_ = w.Flush()
 	if len(r.throughput) > 0 {
 		fmt.Fprintf(&b, "\nAPI requests by the manager per throughput round (%d turns):\n", r.throughput[0].turns)
@@ -205,4 +209,23 @@ func (r *results) writeDoc(path, table string) error {
 		doc += "\n" + block + "\n"
 	}
 	return os.WriteFile(path, []byte(doc), 0o644)
+}
+
+// policyRows: what the platform's ApprovalPolicies cost the workload's tool calls, rounds without
+// and with them in one run of the bench.
+func (r *results) policyRows(row func(...string)) {
+	if len(r.policiesNone) == 0 || len(r.policiesMany) == 0 {
+		return
+	}
+	c := r.cfg
+	none, many := medianRound(r.policiesNone, tpRound.rate), medianRound(r.policiesMany, tpRound.rate)
+	row(fmt.Sprintf("turn throughput with %d ApprovalPolicies installed, none gating (median of %d) / without", c.policies, len(r.policiesMany)),
+		fmt.Sprintf("%.1f / %.1f turns/s", many, none), "", ratio(many, none), "", "")
+	cpuNone, cpuMany := medianRound(r.policiesNone, tpRound.cpuPerTurn), medianRound(r.policiesMany, tpRound.cpuPerTurn)
+	row(fmt.Sprintf("manager CPU per turn (one tool call) with %d policies / without", c.policies),
+		fmt.Sprintf("%.2f / %.2f ms", cpuMany, cpuNone), "", ratio(cpuMany, cpuNone), "", "")
+	rpt := medianRound(r.policiesMany, tpRound.readsPerTurn)
+	row(fmt.Sprintf("API reads per turn with %d policies (none per call)", c.policies), fmt.Sprintf("%.2f", rpt), "", "",
+		fmt.Sprintf("≤ %.2f (without)", medianRound(r.policiesNone, tpRound.readsPerTurn)),
+		verdict(rpt <= medianRound(r.policiesNone, tpRound.readsPerTurn)+0.005))
 }
