@@ -344,6 +344,34 @@ var _ = Describe("The audit trail", func() {
 		sink.noneMalformed()
 	})
 
+	It("holds a run re-created under the same name until the old run's request has delivered its trail", func() {
+		sink := newAuditSink(ns, false)
+		startAuditing(sink.URL)
+		run, _ := auditedRun(ns, "again")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		old := waitSuspended(run, 1)[0]
+		Expect(k8sClient.Delete(ctx, run)).To(Succeed())
+		// envtest runs no garbage collector: delete the run's request as the collector would.
+		Expect(k8sClient.Delete(ctx, &old)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), &toolnexusv1alpha1.AgentRun{}))
+		}, eventually).Should(BeTrue())
+
+		By("the new run of the same name waits for the name, saying why, and opens nothing")
+		again, ts := auditedRun(ns, "again")
+		Expect(k8sClient.Create(ctx, again)).To(Succeed())
+		Eventually(func() string { return reasonOf(again) }, eventually).Should(Equal(toolnexusv1alpha1.ReasonRequestNameInUse))
+		Expect(liveRequest(&old).UID).To(Equal(old.UID), "the old request is still the one held for its audit")
+		Expect(ts.Calls()).To(BeEmpty())
+
+		By("once the trail is delivered the old request goes, and the new run opens its own")
+		sink.accepting.Store(true)
+		fresh := waitSuspended(again, 1)[0]
+		Expect(fresh.UID).NotTo(Equal(old.UID))
+		Expect(metav1.IsControlledBy(&fresh, getRun(again))).To(BeTrue())
+		Expect(sink.acceptedIDs()).To(ContainElements(string(old.UID)+"/requested", string(old.UID)+"/cancelled"))
+	})
+
 	It("says a request deleted unanswered was cancelled", func() {
 		sink := newAuditSink(ns, true)
 		startAuditing(sink.URL)

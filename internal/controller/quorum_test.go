@@ -7,9 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,9 +28,7 @@ var _ = Describe("The quorum room", Ordered, func() {
 
 	BeforeAll(func() {
 		By("running the manager as its ServiceAccount, with the RBAC of config/rbac")
-		if err := k8sClient.Get(ctx, client.ObjectKey{Name: testenv.ManagerNamespace}, &corev1.Namespace{}); apierrors.IsNotFound(err) {
-			Expect(testenv.Install(ctx, k8sClient, "rbac")).To(Succeed())
-		}
+		Expect(testenv.Install(ctx, k8sClient, "rbac")).To(Succeed())
 		testEnv.Bind(GinkgoT(), "quorum-answerers", "toolnexus-answerer", testenv.Users("alice", "carol")...)
 		testEnv.WaitAllowed(GinkgoT(), testenv.ManagerUser,
 			testenv.Access("watch", "pendingrequests"), testenv.Access("patch", "pendingrequests/status"),

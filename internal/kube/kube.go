@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -42,6 +43,33 @@ func PatchStatus(ctx context.Context, c client.Client, obj, before client.Object
 		return false, nil
 	}
 	return true, c.Status().Patch(ctx, obj, patch)
+}
+
+// ConflictRetry is how soon an object whose locked patch met a newer version is looked at again.
+const ConflictRetry = 100 * time.Millisecond
+
+// PatchLocked writes what changed in obj since before (its status subresource when status is
+// true), bound to the resourceVersion before was read at: a write over a change it has not seen is
+// refused. It reports whether the write was made; a conflict gives the result that looks again
+// soon, an object gone meanwhile is no error. what names the write in an error ("recording the
+// notifications of PendingRequest x").
+func PatchLocked(ctx context.Context, c client.Client, obj, before client.Object, status bool, what string) (bool, ctrl.Result, error) {
+	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+	var err error
+	if status {
+		err = c.Status().Patch(ctx, obj, patch)
+	} else {
+		err = c.Patch(ctx, obj, patch)
+	}
+	switch {
+	case apierrors.IsConflict(err):
+		return false, ctrl.Result{RequeueAfter: ConflictRetry}, nil
+	case apierrors.IsNotFound(err):
+		return false, ctrl.Result{}, nil
+	case err != nil:
+		return false, ctrl.Result{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return true, ctrl.Result{}, nil
 }
 
 // nextStep is the requeue delay of an object whose wake-up time has already come.

@@ -153,9 +153,10 @@ func serviceAccountUser(namespace, name string) envtest.User {
 }
 
 // Install creates ManagerNamespace and the objects of config/<dir> for each dir (for example
-// "rbac", "policies"), as `kubectl apply -k` of a deployment would.
+// "rbac", "policies"), as `kubectl apply -k` of a deployment would; what exists already is left as
+// it is, so suites and specs may each install what they need.
 func Install(ctx context.Context, c client.Client, dirs ...string) error {
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}); err != nil {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}); client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("creating namespace %s: %w", ManagerNamespace, err)
 	}
 	for _, dir := range dirs {
@@ -164,7 +165,7 @@ func Install(ctx context.Context, c client.Client, dirs ...string) error {
 			return err
 		}
 		for _, obj := range objs {
-			if err := c.Create(ctx, obj); err != nil {
+			if err := c.Create(ctx, obj); client.IgnoreAlreadyExists(err) != nil {
 				return fmt.Errorf("creating %s %s from config/%s: %w", obj.GetKind(), obj.GetName(), dir, err)
 			}
 		}

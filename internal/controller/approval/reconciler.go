@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -20,6 +19,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/kube"
 )
 
 // Events on a PendingRequest when its approvals decided it.
@@ -27,10 +27,6 @@ const (
 	EventQuorumApproved = "QuorumApproved"
 	EventQuorumDeclined = "QuorumDeclined"
 )
-
-// conflictRetry is how soon a request whose answer met a newer version is looked at again: the
-// cache catches up in about that time.
-const conflictRetry = 100 * time.Millisecond
 
 // Reconciler writes the answer of every PendingRequest that needs several approvals
 // (spec.required > 1) once its status.approvals decide it, as system:quorum. It writes nothing
@@ -74,14 +70,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	preq.Status.AnsweredAt = &metav1.Time{Time: now} // the API server stamps its own time
 	// The lock makes the answer follow exactly the entries it was decided from: an entry added
 	// since is a conflict, and the request is decided again with it.
-	err = r.Status().Patch(ctx, preq, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	switch {
-	case apierrors.IsConflict(err):
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
-	case apierrors.IsNotFound(err):
-		return ctrl.Result{}, nil
-	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("writing the quorum answer of PendingRequest %s: %w", preq.Name, err)
+	written, res, err := kube.PatchLocked(ctx, r.Client, preq, before, true, "writing the quorum answer of PendingRequest "+preq.Name)
+	if !written {
+		return res, err
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Quorum answer written", "ok", answer.OK, "entries", len(d.Entries))
 	if d.Outcome == Approved {

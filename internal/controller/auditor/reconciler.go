@@ -32,10 +32,6 @@ import (
 	"github.com/toolnexus/operator/internal/notify"
 )
 
-// conflictRetry is how soon a finalizer write that met a newer version is tried again: the cache
-// catches up in about that time.
-const conflictRetry = 100 * time.Millisecond
-
 // defaultWorkers is how many requests' deliveries are under way at once.
 const defaultWorkers = 4
 
@@ -168,16 +164,8 @@ func (r *Reconciler) setFinalizer(ctx context.Context, preq *toolnexusv1alpha1.P
 	if !changed {
 		return ctrl.Result{}, nil
 	}
-	err := r.Patch(ctx, preq, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	switch {
-	case apierrors.IsConflict(err):
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
-	case apierrors.IsNotFound(err):
-		return ctrl.Result{}, nil
-	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("setting the audit finalizer of PendingRequest %s: %w", preq.Name, err)
-	}
-	return ctrl.Result{}, nil
+	_, res, err := kube.PatchLocked(ctx, r.Client, preq, before, false, "setting the audit finalizer of PendingRequest "+preq.Name)
+	return res, err
 }
 
 // letGo, with auditing off, removes the finalizer from a request being deleted, so that nothing

@@ -40,10 +40,6 @@ const EventNotificationFailed = "NotificationFailed"
 // EventEscalated marks an escalation step applied, on the PendingRequest.
 const EventEscalated = "Escalated"
 
-// conflictRetry is how soon a notifier whose status write met a newer version tries again: its
-// cache catches up in about that time.
-const conflictRetry = 100 * time.Millisecond
-
 // Reconciler tells the sinks of a PendingRequest's spec.notify that it opened, was answered
 // or expired, and applies the request's escalation steps, telling each step's sinks. It never
 // touches a run: each attempt is a job of the runs' executor (share: the namespace; key: the
@@ -138,14 +134,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// The run's controller writes the same conditions list, without a lock (its patches carry
 		// Answered and Resolved whole): this lock keeps the notifier's stale copy from dropping
 		// them, and the notifier re-asserts Notified whenever one of the run's patches drops it.
-		err := r.Status().Patch(ctx, preq, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-		switch {
-		case apierrors.IsConflict(err):
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		case apierrors.IsNotFound(err):
-			return ctrl.Result{}, nil
-		case err != nil:
-			return ctrl.Result{}, fmt.Errorf("recording the notifications of PendingRequest %s: %w", preq.Name, err)
+		written, res, err := kube.PatchLocked(ctx, r.Client, preq, before, true, "recording the notifications of PendingRequest "+preq.Name)
+		if !written {
+			return res, err
 		}
 		for _, rec := range preq.Status.Notifications[len(before.Status.Notifications):] {
 			if rec.Outcome == toolnexusv1alpha1.NotificationFailed {
@@ -166,14 +157,9 @@ func (r *Reconciler) escalate(ctx context.Context, preq *toolnexusv1alpha1.Pendi
 	before := preq.DeepCopy()
 	applySteps(preq, steps, now)
 	// The lock: a step is never recorded over an answer this (cached) copy does not show.
-	err := r.Status().Patch(ctx, preq, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	switch {
-	case apierrors.IsConflict(err):
-		return false, ctrl.Result{RequeueAfter: conflictRetry}, nil
-	case apierrors.IsNotFound(err):
-		return false, ctrl.Result{}, nil
-	case err != nil:
-		return false, ctrl.Result{}, fmt.Errorf("recording the escalation of PendingRequest %s: %w", preq.Name, err)
+	written, res, err := kube.PatchLocked(ctx, r.Client, preq, before, true, "recording the escalation of PendingRequest "+preq.Name)
+	if !written {
+		return false, res, err
 	}
 	for _, i := range steps {
 		step := preq.Spec.Escalation[i]
