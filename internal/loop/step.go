@@ -2,9 +2,16 @@ package loop
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
 
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/wire"
 )
 
 // MaxCallIDLen bounds a tool call id; a longer one from the model is replaced.
@@ -166,4 +173,327 @@ func (c *Client) finishIncomplete(st *State) {
 			return
 		}
 	}
+}
+
+// MaxShownArguments bounds the arguments of a call that waits for an answer: its answerer must see
+// them whole (a PendingRequest shows at most this much), since the retry runs with exactly them.
+const MaxShownArguments = wire.MaxArgumentsBytes
+
+// execution is what executing one call produced; runCalls applies it to the state afterwards, so
+// the goroutines never write to the state.
+type execution struct {
+	result tools.ToolResult
+	// args are the arguments the call ran with (after BeforeTool).
+	args  map[string]any
+	gated bool
+	// gate is the gate a gated suspension waits on, and passed the gates the call passed before it.
+	gate   *state.Gate
+	passed []string
+	// retried is set when the call ran with its own answer: a suspension then is unresolved.
+	retried bool
+	event   Event
+	err     error
+}
+
+// runCalls executes every queued and answered call of the turn, at most Options.MaxParallelTools
+// at once, then records the outcomes; once every call is done, the turn's results join the
+// transcript.
+func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]Call, error) {
+	turn := st.Turn - 1 // hooks see the 0-based turn that requested the calls
+	outs := make([]*execution, len(st.Calls))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, c.opts.MaxParallelTools)
+	for i, call := range st.Calls {
+		var run func(context.Context) *execution
+		switch call.Phase {
+		case PhaseQueued:
+			run = func(ctx context.Context) *execution { return c.executeFirst(ctx, call, tk, turn) }
+		case PhaseAnswered:
+			run = func(ctx context.Context) *execution { return c.executeWithAnswer(ctx, call, tk, turn) }
+		default:
+			continue
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			outs[i] = c.traceTool(ctx, call, tk, run)
+		})
+	}
+	wg.Wait()
+	for _, o := range outs {
+		if o != nil && o.err != nil {
+			return nil, o.err // a hook error aborts the run; st is untouched
+		}
+	}
+	var suspended []Call
+	for i, o := range outs {
+		if o == nil {
+			continue
+		}
+		c.emit(o.event)
+		call := &st.Calls[i]
+		if sc, ok := c.suspend(call, o); ok {
+			*call = sc
+			suspended = append(suspended, sc)
+			continue
+		}
+		res := o.result
+		call.Phase, call.Result = PhaseDone, &res
+	}
+	if st.AllDone() {
+		c.recordTurn(st)
+	}
+	return suspended, nil
+}
+
+// suspend returns call parked on the suspension o raised, or false when o is a result: o did not
+// suspend, or suspending is not allowed (a retry that suspends again is unresolved, and a
+// suspension no PendingRequest could hold cannot wait, see holdable).
+func (c *Client) suspend(call *Call, o *execution) (Call, bool) {
+	req := tools.PendingOf(o.result)
+	if req == nil {
+		return Call{}, false
+	}
+	if o.retried {
+		o.result = tools.ToolResult{Output: "unresolved: " + call.Request.Prompt, IsError: true}
+		return Call{}, false
+	}
+	if req.ID == "" {
+		req.ID = "pending:" + call.ID // the answer must be able to echo it
+	}
+	args, err := c.holdable(call.Name, req, o.args)
+	if err != nil {
+		o.result = tools.ToolResult{Output: fmt.Sprintf("%s cannot wait for an answer: %v", call.Name, err), IsError: true}
+		return Call{}, false
+	}
+	next := Call{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Args: string(args),
+		Phase: PhaseSuspended, Request: req, Gated: o.gated, Approval: call.Approval, Passed: call.Passed}
+	switch {
+	case o.gated:
+		next.Gate, next.Passed = o.gate, o.passed
+	case call.Gated:
+		// The approved tool ran for the first time and suspended on its own: a new suspension.
+		next.Approval, next.Passed = call.Answer, passedWith(*call)
+	}
+	return next, true
+}
+
+// holdable checks that a PendingRequest can hold the suspension req of the tool name called with
+// args, and returns the arguments as the request shows them. The API server would refuse one past
+// its bounds, and the call would never get an answer; the model is told instead. It also settles
+// req's expiry (see expiry).
+func (c *Client) holdable(name string, req *tools.Request, args map[string]any) ([]byte, error) {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > MaxShownArguments {
+		return nil, fmt.Errorf("its arguments (%d bytes) exceed the %d bytes an answerer can be shown", len(raw), MaxShownArguments)
+	}
+	if n := utf8.RuneCountInString(name); n > wire.MaxToolNameLen {
+		return nil, fmt.Errorf("its name is %d characters; at most %d fit", n, wire.MaxToolNameLen)
+	}
+	if err := req.CheckBounds(); err != nil {
+		return nil, err
+	}
+	if req.ExpiresAt, err = c.expiry(req.ExpiresAt); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+// expiry is when a suspension whose tool asked for own ("" for none) expires, in UTC RFC 3339
+// with seconds, or "" for never. A tool may shorten the run's SuspensionTimeout, never lengthen
+// it: the timeout is the run author's promise of how long a request stays answerable.
+func (c *Client) expiry(own string) (string, error) {
+	var limit time.Time
+	if c.opts.SuspensionTimeout > 0 {
+		limit = c.now().Add(c.opts.SuspensionTimeout)
+	}
+	if own == "" {
+		if limit.IsZero() {
+			return "", nil
+		}
+		return limit.UTC().Format(time.RFC3339), nil
+	}
+	t, err := time.Parse(time.RFC3339, own)
+	if err != nil {
+		return "", fmt.Errorf("its expiresAt %q is not an RFC 3339 time such as 2026-12-01T00:00:00Z", own)
+	}
+	if !limit.IsZero() && t.After(limit) {
+		t = limit
+	}
+	return t.UTC().Format(time.RFC3339), nil
+}
+
+// executeFirst runs a queued call: BeforeTool, the tool, AfterTool. A suspension, from the tool or
+// from BeforeTool, is returned as is for runCalls to park.
+func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit, turn int) *execution {
+	start := c.now()
+	tool, known := tk.Lookup(call.Name)
+	ev := Event{Kind: EventTool, Tool: call.Name, Source: tool.Source}
+	finish := func(o *execution) *execution {
+		ev.Duration = c.now().Sub(start)
+		ev.Pending = tools.PendingOf(o.result) != nil
+		ev.IsError = o.result.IsError && !ev.Pending
+		o.event = ev
+		return o
+	}
+	if !known {
+		// No hook runs for a tool that does not exist: there is nothing to gate or transform.
+		return finish(&execution{result: tk.Execute(ctx, call.Name, nil, nil)})
+	}
+	args, err := parseArgs(call.Arguments)
+	if err != nil {
+		return finish(&execution{result: tools.ToolResult{Output: fmt.Sprintf("invalid JSON arguments for %s: %v", call.Name, err), IsError: true}})
+	}
+	o := &execution{}
+	if h := c.opts.Hooks.BeforeTool; h != nil {
+		ov, err := h(ctx, BeforeToolEvent{Name: call.Name, Args: args, ID: call.ID, Turn: turn})
+		if err != nil {
+			return &execution{err: fmt.Errorf("loop: BeforeTool hook for %s: %w", call.Name, err)}
+		}
+		if ov != nil && ov.Args != nil {
+			args = ov.Args
+		}
+		if ov != nil && ov.Result != nil {
+			o.result, o.args = *ov.Result, args
+			o.gated = tools.PendingOf(o.result) != nil
+			o.gate = ov.Gate
+			return finish(o)
+		}
+	}
+	o.args = args
+	o.result = tk.Execute(ctx, call.Name, args, &tools.ToolContext{CallID: call.ID, IdempotencyKey: c.idempotencyKey(call.ID)})
+	if tools.PendingOf(o.result) != nil {
+		return finish(o)
+	}
+	o.result, o.err = c.afterTool(ctx, call, args, o.result, turn)
+	return finish(o)
+}
+
+// executeWithAnswer runs an answered call with its answer attached and exactly the arguments its
+// answerer was shown. BeforeTool is not re-entered: the answer is the approval. For a gated call
+// this is the tool's first run, and a suspension then is the tool's own, returned as is; otherwise
+// it is the retry, and as in toolnexus Go AfterTool sees its result, which runCalls turns into
+// "unresolved: <prompt>" if it still suspends, so a suspension is never parked twice.
+func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Toolkit, turn int) *execution {
+	start := c.now()
+	tool, _ := tk.Lookup(call.Name)
+	o := &execution{retried: !call.Gated}
+	if err := json.Unmarshal([]byte(call.Args), &o.args); err != nil || o.args == nil {
+		// Only a damaged state lacks them: the call parked with its arguments.
+		o.result = tools.ToolResult{Output: fmt.Sprintf("%s: the arguments it was answered for are unreadable", call.Name), IsError: true}
+		return o
+	}
+	if call.Gated {
+		if next := c.nextGate(ctx, call, o.args, turn); next != nil {
+			if next.err == nil && tools.PendingOf(next.result) == nil {
+				// BeforeTool answered for the tool (a gate that refuses the call): its result is final.
+				next.result, next.err = c.afterTool(ctx, call, o.args, next.result, turn)
+			}
+			next.event = Event{Kind: EventTool, Tool: call.Name, Source: tool.Source, Duration: c.now().Sub(start),
+				Pending: next.gated, IsError: next.result.IsError && !next.gated}
+			return next
+		}
+	}
+	key := c.idempotencyKey(call.ID)
+	if o.retried {
+		key += "/answer"
+	}
+	tc := &tools.ToolContext{CallID: call.ID, IdempotencyKey: key, Answer: call.Answer}
+	o.result = tk.Execute(ctx, call.Name, o.args, tc)
+	o.event = Event{Kind: EventTool, Tool: call.Name, Source: tool.Source, Duration: c.now().Sub(start)}
+	o.event.Pending = tools.PendingOf(o.result) != nil
+	o.event.IsError = o.result.IsError && !o.event.Pending
+	if o.event.Pending && call.Gated {
+		return o
+	}
+	o.result, o.err = c.afterTool(ctx, call, o.args, o.result, turn)
+	return o
+}
+
+// nextGate asks BeforeTool whether a call that a gate just approved must pass another one. It
+// returns nil when none is raised and the tool may run, or the execution that stops it: a new
+// gated suspension, a result that replaces the tool's, or a hook error.
+func (c *Client) nextGate(ctx context.Context, call Call, args map[string]any, turn int) *execution {
+	h := c.opts.Hooks.BeforeTool
+	if h == nil {
+		return nil
+	}
+	passed := passedWith(call)
+	ov, err := h(ctx, BeforeToolEvent{Name: call.Name, Args: args, ID: call.ID, Turn: turn, Passed: passed})
+	if err != nil {
+		return &execution{err: fmt.Errorf("loop: BeforeTool hook for %s: %w", call.Name, err)}
+	}
+	if ov == nil || ov.Result == nil {
+		return nil
+	}
+	o := &execution{result: *ov.Result, args: args, passed: passed}
+	if tools.PendingOf(o.result) != nil {
+		o.gated, o.gate = true, ov.Gate
+	}
+	return o
+}
+
+// passedWith is the gates a gated call has passed once the gate it waits on approved.
+func passedWith(call Call) []string {
+	key := ""
+	if call.Gate != nil {
+		key = call.Gate.Key
+	}
+	return append(append([]string(nil), call.Passed...), key)
+}
+
+func (c *Client) afterTool(ctx context.Context, call Call, args map[string]any, res tools.ToolResult, turn int) (tools.ToolResult, error) {
+	h := c.opts.Hooks.AfterTool
+	if h == nil {
+		return res, nil
+	}
+	ov, err := h(ctx, AfterToolEvent{Name: call.Name, Args: args, Result: res, ID: call.ID, Turn: turn})
+	if err != nil {
+		return res, fmt.Errorf("loop: AfterTool hook for %s: %w", call.Name, err)
+	}
+	if ov != nil && ov.Result != nil {
+		return *ov.Result, nil
+	}
+	return res, nil
+}
+
+func (c *Client) idempotencyKey(callID string) string {
+	if c.opts.IdempotencyPrefix == "" {
+		return callID
+	}
+	return c.opts.IdempotencyPrefix + "/" + callID
+}
+
+// parseArgs decodes the model's arguments. Empty text means no arguments (some models send "" for
+// a tool without parameters); anything but a JSON object is an error the model gets to see.
+func parseArgs(raw string) (map[string]any, error) {
+	if strings.TrimSpace(raw) == "" {
+		return map[string]any{}, nil
+	}
+	var v any
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return nil, err
+	}
+	switch m := v.(type) {
+	case map[string]any:
+		return m, nil
+	case nil:
+		return map[string]any{}, nil
+	}
+	return nil, fmt.Errorf("arguments are %s, want a JSON object", jsonKind(v))
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	}
+	return "a number"
 }

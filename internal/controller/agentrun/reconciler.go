@@ -143,13 +143,60 @@ type Policies interface {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile takes the run one step further: it consumes answers, runs at most one model turn and
-// its tool calls, persists the record after every step, and only then projects the saved state
-// onto the run's PendingRequests and status.
+// Reconcile takes the run one step further. It opens the run (the run, its record, its requests,
+// the spec it runs with), then goes through its phases in order; the record is saved between two
+// phases when the phase before asks for it, and the phases stop at the first that says the run
+// waits. Whatever happens, the deferred close saves what is left unsaved and only then projects
+// the saved state onto the run's PendingRequests and status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	defer func() { res.Priority = ptr.To(requeuePriority) }()
+	s, res, err := r.open(ctx, req)
+	if s == nil {
+		return res, err
+	}
+	// What the step read is counted against the executor's memory until it is saved, or dropped
+	// with this reconcile.
+	defer s.outcome.release()
+	defer func() { res, err = r.close(ctx, s, res, err) }()
+	for _, phase := range []phase{r.snapshotPhase, r.inFlightPhase, r.stepEndPhase, r.announcePhase, r.answersPhase,
+		r.preparePhase, r.startPhase, r.submitPhase} {
+		out, err := phase(ctx, s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if out.save {
+			if err := r.save(ctx, s); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		if out.wait || s.rec.State.Ended() {
+			return out.result, nil
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// A phase is one part of a reconcile (Reconcile lists them in order). It reports whether the
+// record must be saved before the next one, and whether the run now waits, with the requeue that
+// continues it; state it changes and does not ask to save is saved by close, unless a step took it
+// along (then the step's outcome, which holds it, is saved).
+type phase func(context.Context, *scope) (phaseOut, error)
+
+type phaseOut struct {
+	result ctrl.Result
+	save   bool
+	wait   bool
+}
+
+// waits is the phaseOut of a run that waits, looked at again as result says.
+func waits(result ctrl.Result) phaseOut { return phaseOut{result: result, wait: true} }
+
+// open reads what a reconcile of the run needs: the run, the outcome of its last step, its record
+// and its requests. It returns no scope when there is nothing to step (the run is gone, being
+// deleted or finished: then res and err are the reconcile's).
+func (r *Reconciler) open(ctx context.Context, req ctrl.Request) (*scope, ctrl.Result, error) {
 	run := &toolnexusv1alpha1.AgentRun{}
-	err = r.Get(ctx, req.NamespacedName, run)
+	err := r.Get(ctx, req.NamespacedName, run)
 	if apierrors.IsNotFound(err) || (err == nil && (!run.DeletionTimestamp.IsZero() || finished(run))) {
 		// Deleting a run is how a user stops it: a step in flight is aborted, and its outcome
 		// (a model turn's tool calls among it) is never applied.
@@ -158,13 +205,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.store.Forget(req.NamespacedName)
 	}
 	if err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return nil, ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !run.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
+		return nil, ctrl.Result{}, nil
 	}
 	if finished(run) {
-		return r.reconcileFinished(ctx, run)
+		res, err := r.reconcileFinished(ctx, run)
+		return nil, res, err
 	}
 	// The step in flight, if any, is seen once: its outcome is taken only when its job has ended,
 	// and then applied to the record it started from.
@@ -173,9 +221,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	var outcome *stepOutcome
 	if !busy {
 		outcome = r.steps.take(key, run.UID)
-		// What the step read is counted against the executor's memory until it is saved, or
-		// dropped with this reconcile.
-		defer outcome.release()
 	}
 	// A finished step's outcome is applied to the record it started from, as the reconcile that
 	// submitted it left it: no read, so nothing can fail between taking the outcome and applying it.
@@ -191,24 +236,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		rec = &runstore.Record{State: loop.NewState(run.Spec.Prompt), Head: &toolnexusv1alpha1.AgentRunRecord{}}
 		rec.State.End(bad.Reason, clip.Marked(bad.Error(), 1024))
 	} else if err != nil {
-		return ctrl.Result{}, err
+		outcome.release()
+		return nil, ctrl.Result{}, err
 	}
 	s := &scope{run: run, before: run.DeepCopy(), rec: rec, now: r.Clock.Now(), busy: busy, outcome: outcome,
 		startedAtLoad: rec.Started(), endedAtLoad: bad == nil && rec.State.Ended()}
 	if s.requests, err = r.requestsOf(ctx, run); err != nil {
-		return ctrl.Result{}, err
+		outcome.release()
+		return nil, ctrl.Result{}, err
 	}
-	found, err := r.resolveSpec(ctx, s)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	return s, ctrl.Result{}, nil
+}
 
-	var result ctrl.Result
-	if found || run.Spec.Cancel {
-		result, err = r.advance(ctx, s)
-	}
+// close ends a reconcile that opened a scope: unless a phase failed or a step took the unsaved
+// state along (its outcome is saved and projected when it ends), it saves what is unsaved, then
+// projects the saved state. res is what the phases decided.
+func (r *Reconciler) close(ctx context.Context, s *scope, res ctrl.Result, err error) (ctrl.Result, error) {
 	if err != nil || (s.dirty && s.inflight) {
-		// A step took the unsaved state along: its outcome is saved and projected when it ends.
 		return ctrl.Result{}, err
 	}
 	if s.dirty {
@@ -216,16 +260,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			return ctrl.Result{}, err
 		}
 	}
-	if err := r.store.CheckUnread(ctx, run, s.rec); err != nil {
+	if err := r.store.CheckUnread(ctx, s.run, s.rec); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.project(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	if finished(run) {
-		return r.reconcileFinished(ctx, run)
+	if finished(s.run) {
+		return r.reconcileFinished(ctx, s.run)
 	}
-	return result, nil
+	return res, nil
 }
 
 // project writes what the saved state says onto the run's requests and status, then records the
@@ -281,6 +325,8 @@ type scope struct {
 	// what the run's last step left when it was not.
 	busy    bool
 	outcome *stepOutcome
+	// stepper is the next step's spec, once preparePhase built it.
+	stepper *stepper
 	// startedAtLoad and endedAtLoad say whether the record was saved, and saved ended, when the
 	// reconcile began: the run's start and end events are owed by the reconcile that saved them,
 	// whatever the cache's copy of the status says (see steps.owe).
@@ -296,87 +342,114 @@ func (s *scope) emitEvents() {
 	}
 }
 
-// advance consumes answers and hands the run's next step to the executor. It returns when the run
-// waits (for a step in flight, an answer, a Secret, a backoff), with the requeue that continues
-// it. State it changed and did not save is marked dirty; Reconcile saves it, unless a step took it
-// along (then the step's outcome, which holds it, is saved).
-func (r *Reconciler) advance(ctx context.Context, s *scope) (ctrl.Result, error) {
-	key := runKey(s.run)
-	if s.busy && !s.run.Spec.Cancel {
-		s.inflight = true // its end wakes the run
-		return ctrl.Result{}, nil
+// snapshotPhase resolves the spec the run runs with; a snapshot just taken of its Agent is saved
+// before anything else. A run whose Agent does not exist waits for it, unless it is cancelled.
+func (r *Reconciler) snapshotPhase(ctx context.Context, s *scope) (phaseOut, error) {
+	found, took, err := r.resolveSpec(ctx, s)
+	if err != nil || (!found && !s.run.Spec.Cancel) {
+		return waits(ctrl.Result{}), err // the Agent's watch wakes the run
 	}
-	st := s.rec.State
-	// The end of the last step and a cancellation first: what the step left is saved before the
-	// requests of its suspensions are created.
+	return phaseOut{save: took}, nil
+}
+
+// inFlightPhase: a run whose step is in the executor waits for its end, which wakes it; a
+// cancellation goes on, to abort it.
+func (r *Reconciler) inFlightPhase(_ context.Context, s *scope) (phaseOut, error) {
+	if s.busy && !s.run.Spec.Cancel {
+		s.inflight = true
+		return waits(ctrl.Result{}), nil
+	}
+	return phaseOut{}, nil
+}
+
+// stepEndPhase settles the end of the last step and a cancellation first: what the step left is
+// saved before the requests of its suspensions are created. A backoff it decides is kept in the
+// memo (notBefore, below); the answers that came while the step ran, which no event brings again,
+// are taken next, in this reconcile.
+func (r *Reconciler) stepEndPhase(ctx context.Context, s *scope) (phaseOut, error) {
 	var end *state.StepEnd
 	if o := s.outcome; o != nil {
 		end = &state.StepEnd{State: o.state, Failure: failureOf(o.err)}
 		s.progress.toolsBuilt, s.progress.mcpFailures = o.toolsBuilt, o.mcpFailures
 		s.events = append(o.events, s.events...)
 	}
-	if end != nil || s.run.Spec.Cancel {
-		// A backoff it decides is kept in the memo (notBefore, below). The answers that came while
-		// the step ran, which no event brings again, are taken next, in this reconcile.
-		if _, err := r.settle(ctx, s, end, nil); err != nil || st.Ended() || s.busy {
-			return ctrl.Result{}, err
-		}
-		if end != nil {
-			if err := r.save(ctx, s); err != nil || st.Ended() {
-				return ctrl.Result{}, err
-			}
-		}
+	if end == nil && !s.run.Spec.Cancel {
+		return phaseOut{}, nil
 	}
-	if st.Ended() {
-		return ctrl.Result{}, nil
+	if _, err := r.settle(ctx, s, end, nil); err != nil || s.busy {
+		return waits(ctrl.Result{}), err // a cancelled step in flight wakes the run as it ends
 	}
-	// Announce first: a request created just before a crash may already carry an answer.
-	if err := r.announce(ctx, s); err != nil || st.Ended() {
-		return ctrl.Result{}, err
+	return phaseOut{save: end != nil}, nil
+}
+
+// announcePhase creates the requests of new suspensions, and saves which it created: a request
+// created just before a crash may already carry an answer. A request whose name is held by a
+// previous run's request, kept for its audit, waits for it.
+func (r *Reconciler) announcePhase(ctx context.Context, s *scope) (phaseOut, error) {
+	if err := r.announce(ctx, s); err != nil {
+		return phaseOut{}, err
 	}
+	// An end it decided (a request it would adopt is not the run's) is saved by close, as every end.
+	out := phaseOut{save: s.dirty && !s.rec.State.Ended()}
 	if s.progress.reason == toolnexusv1alpha1.ReasonRequestNameInUse {
-		return ctrl.Result{RequeueAfter: nameRecheck}, nil
+		out.wait, out.result = true, ctrl.Result{RequeueAfter: nameRecheck}
 	}
+	return out, nil
+}
+
+// answersPhase reads the run's requests as they are and settles them: answers consumed, declines,
+// deletions, expiries. A parked run waits for answers and deletions, which wake it, and for the
+// nearest expiry; a run backing off waits for the end of its backoff.
+func (r *Reconciler) answersPhase(ctx context.Context, s *scope) (phaseOut, error) {
 	seen, err := r.seen(ctx, s)
 	if err != nil {
-		return ctrl.Result{}, err
+		return phaseOut{}, err
 	}
 	wake, err := r.settle(ctx, s, nil, seen)
-	if err != nil || st.Ended() {
-		return ctrl.Result{}, err
+	if err != nil || s.rec.State.Ended() {
+		return phaseOut{}, err
 	}
-	if next := st.Next(); next != loop.ActionModelTurn && next != loop.ActionToolCalls {
-		// Parked: answers and deletions wake the run, and so does the nearest expiry.
-		return kube.RequeueAt(wake, s.now), nil
+	if next := s.rec.State.Next(); next != loop.ActionModelTurn && next != loop.ActionToolCalls {
+		return waits(kube.RequeueAt(wake, s.now)), nil
 	}
-	if at := r.steps.notBefore(key, s.run.UID, s.now); !at.IsZero() {
-		return kube.RequeueAt(at, s.now), nil
+	if at := r.steps.notBefore(runKey(s.run), s.run.UID, s.now); !at.IsZero() {
+		return waits(kube.RequeueAt(at, s.now)), nil
 	}
+	return phaseOut{}, nil
+}
 
+// preparePhase builds the run's spec with its Secrets for the next step. A missing Secret makes
+// the run wait (the Secret's watch wakes it); a spec that cannot run ends it.
+func (r *Reconciler) preparePhase(ctx context.Context, s *scope) (phaseOut, error) {
 	rt, err := r.prepare(ctx, s.run, s.spec, r.Metrics.Observe)
 	var missing *kube.MissingSecretError
 	var invalid *runspec.Error
 	switch {
 	case errors.As(err, &missing):
 		s.progress.reason, s.progress.message = missing.Reason, missing.Error()
-		return ctrl.Result{RequeueAfter: secretRecheck}, nil // the Secret watch wakes the run
+		return waits(ctrl.Result{RequeueAfter: secretRecheck}), nil
 	case errors.As(err, &invalid):
-		st.End(toolnexusv1alpha1.ReasonInvalidSpec, invalid.Error())
+		s.rec.State.End(toolnexusv1alpha1.ReasonInvalidSpec, invalid.Error())
 		s.dirty = true
-		return ctrl.Result{}, nil
+		return phaseOut{}, nil
 	case err != nil:
-		return ctrl.Result{}, err
+		return phaseOut{}, err
 	}
-	if !s.rec.Started() {
-		// The record exists before the first step, as a run of an Agent's does with its snapshot:
-		// the run is started from then on, and its status says so in the same write.
-		if err := r.save(ctx, s); err != nil || s.rec.State.Ended() {
-			return ctrl.Result{}, err
-		}
-	}
-	r.submitStep(s, rt)
+	s.stepper = rt
+	return phaseOut{}, nil
+}
+
+// startPhase: the record exists before the first step, as a run of an Agent's does with its
+// snapshot; the run is started from then on, and its status says so in the same write.
+func (r *Reconciler) startPhase(_ context.Context, s *scope) (phaseOut, error) {
+	return phaseOut{save: !s.rec.Started()}, nil
+}
+
+// submitPhase hands the run's next step to the executor; its end wakes the run.
+func (r *Reconciler) submitPhase(_ context.Context, s *scope) (phaseOut, error) {
+	r.submitStep(s, s.stepper)
 	s.inflight = true
-	return ctrl.Result{}, nil
+	return waits(ctrl.Result{}), nil
 }
 
 // save persists the record; a record too large to store ends the run with TranscriptTooLarge.

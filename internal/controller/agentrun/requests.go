@@ -280,10 +280,7 @@ func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 				"Tool %s suspended (%s); answer PendingRequest %s", tool, kind, name)
 		})
 	}
-	if !s.dirty {
-		return nil
-	}
-	return r.save(ctx, s)
+	return nil
 }
 
 // requestFate is where the saved state leaves a request.

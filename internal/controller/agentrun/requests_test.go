@@ -307,8 +307,18 @@ func TestAnnounce(t *testing.T) {
 			e := newDecisionEnv(t, objs...)
 			st := stateOf(tc.call)
 			s := decisionScope(run, st, map[string]*toolnexusv1alpha1.PendingRequest{})
-			if err := e.r.announce(ctx, s); err != nil {
+			// As Reconcile runs the phase: it asks for the save, which comes before the next phase.
+			out, err := e.r.announcePhase(ctx, s)
+			if err != nil {
 				t.Fatalf("announce: %v", err)
+			}
+			if out.save != (tc.ended == "") {
+				t.Fatalf("the phase asks to save: %v; want it to when it announced (an end is saved by close)", out.save)
+			}
+			if out.save {
+				if err := e.r.save(ctx, s); err != nil {
+					t.Fatal(err)
+				}
 			}
 			checkEnded(t, st, tc.ended, tc.wantName)
 			if tc.ended != "" {

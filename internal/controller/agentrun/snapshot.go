@@ -19,9 +19,9 @@ import (
 // wakes it.
 
 // resolveSpec sets s.spec, the spec the run runs with. A run of an Agent that has no snapshot
-// yet takes one from the Agent and saves it before anything else; found is false when that
-// Agent does not exist.
-func (r *Reconciler) resolveSpec(ctx context.Context, s *scope) (found bool, err error) {
+// yet takes one from the Agent (took), to be saved before anything else; found is false when
+// that Agent does not exist.
+func (r *Reconciler) resolveSpec(ctx context.Context, s *scope) (found, took bool, err error) {
 	run := s.run
 	if ref := run.Spec.AgentRef; ref != nil && s.rec.Agent == nil && !s.rec.Started() {
 		agent := &toolnexusv1alpha1.Agent{}
@@ -30,20 +30,18 @@ func (r *Reconciler) resolveSpec(ctx context.Context, s *scope) (found bool, err
 			s.spec = &run.Spec
 			s.progress.reason = toolnexusv1alpha1.ReasonAgentNotFound
 			s.progress.message = fmt.Sprintf("Agent %q does not exist in the run's namespace", ref.Name)
-			return false, nil
+			return false, false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("reading Agent %s: %w", ref.Name, err)
+			return false, false, fmt.Errorf("reading Agent %s: %w", ref.Name, err)
 		}
 		raw, err := json.Marshal(agent.Spec)
 		if err != nil {
-			return false, fmt.Errorf("snapshotting Agent %s: %w", ref.Name, err)
+			return false, false, fmt.Errorf("snapshotting Agent %s: %w", ref.Name, err)
 		}
-		s.rec.Agent = &runstore.AgentSnapshot{Name: agent.Name, Generation: agent.Generation, Spec: raw}
 		// Saved before any step runs: a step's outcome is applied to the saved record only.
-		if err := r.save(ctx, s); err != nil {
-			return false, err
-		}
+		s.rec.Agent = &runstore.AgentSnapshot{Name: agent.Name, Generation: agent.Generation, Spec: raw}
+		took = true
 	}
 	spec, err := effectiveSpec(run, s.rec)
 	if err != nil {
@@ -52,7 +50,7 @@ func (r *Reconciler) resolveSpec(ctx context.Context, s *scope) (found bool, err
 		spec = &run.Spec
 	}
 	s.spec = spec
-	return true, nil
+	return true, took, nil
 }
 
 // effectiveSpec is the spec a run runs with: its own, or the snapshot of its Agent with the

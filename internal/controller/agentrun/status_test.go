@@ -257,7 +257,7 @@ func TestStartAndEndReportedOnce(t *testing.T) {
 				if st.cancel {
 					s.run.Spec.Cancel = true
 					s.rec.Head = saved
-					if _, err := e.r.advance(context.Background(), s); err != nil {
+					if _, err := e.r.stepEndPhase(context.Background(), s); err != nil {
 						t.Fatal(err)
 					}
 					if err := e.r.save(context.Background(), s); err != nil {
