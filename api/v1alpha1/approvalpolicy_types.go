@@ -14,7 +14,9 @@ type ApprovalPolicySpec struct {
 	// +optional
 	NamespaceSelector *LabelSelector `json:"namespaceSelector,omitempty"`
 
-	// runSelector narrows the policy to runs with these AgentRun labels. Unset: every run.
+	// runSelector narrows the policy to runs with these AgentRun labels. Unset: every run. A run's
+	// labels are its author's and may change: this narrows for cooperative authors only; enforce
+	// with namespaceSelector.
 	// +optional
 	RunSelector *LabelSelector `json:"runSelector,omitempty"`
 
@@ -26,9 +28,12 @@ type ApprovalPolicySpec struct {
 	// +kubebuilder:validation:items:MaxLength=128
 	Tools []string `json:"tools"`
 
-	// when is a CEL expression over `tool` (string), `args` (map), `namespace` (string) and
-	// `labels` (the run's labels) that must be true for the policy to gate the call, for example
-	// `args.amount > 1000`. Empty means always. One that cannot be evaluated for a call gates it.
+	// when is a CEL expression over `tool` (string), `args` (map), `namespace` (string), `labels`
+	// (the run's labels), `url` (what the call reaches: an HTTP tool's URL as its spec writes it,
+	// an MCP tool's server URL) and `remoteTool` (an MCP tool's own name on its server) that must
+	// be true for the policy to gate the call, for example `args.amount > 1000`. Tool names are
+	// the run author's choice; url and remoteTool are not. Empty means always. One that cannot be
+	// evaluated for a call gates it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	When string `json:"when,omitempty"`

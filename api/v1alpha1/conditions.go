@@ -115,8 +115,15 @@ const (
 	ReasonDeclined = "Declined"
 	// ReasonExpired: the request expired unanswered (answered by system:expired).
 	ReasonExpired = "Expired"
-	// ReasonAnswerConsumed: Resolved is True, the run took the answer in.
+	// ReasonAnswerConsumed: Resolved is True: the call ran with the answer, or the answer settled
+	// it (a decline, an expiry).
 	ReasonAnswerConsumed = "AnswerConsumed"
+	// ReasonAnswerTaken: the run took the answer in, and its call has not run with it yet
+	// (Resolved False).
+	ReasonAnswerTaken = "AnswerTaken"
+	// ReasonGatePassed: the answer approved a gate of the call, which went on to a later gate
+	// (Resolved True); the call runs only once its last gate's request is AnswerConsumed.
+	ReasonGatePassed = "GatePassed"
 	// ReasonAnswerNotConsumed: Resolved is False, the run has not taken an answer in yet.
 	ReasonAnswerNotConsumed = "AnswerNotConsumed"
 	// ReasonRunGone: the run ended before it took an answer in; the request was cancelled.

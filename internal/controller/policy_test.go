@@ -84,7 +84,7 @@ var _ = Describe("ApprovalPolicy", func() {
 		check := func(tool string) ([]policy.Gate, error) {
 			checkCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			defer cancel()
-			return policies.Check(checkCtx, "", nil, tool, nil, "call_1", "")
+			return policies.Check(checkCtx, policy.Call{Tool: tool, ID: "call_1"})
 		}
 		// Not started, nothing read: a call waits, and never passes.
 		_, err = check("delete_user")
@@ -119,7 +119,7 @@ var _ = Describe("ApprovalPolicy", func() {
 			return func(g Gomega) []string {
 				checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				defer cancel()
-				got, err := policies.Check(checkCtx, ns, map[string]string{"app": "x"}, tool, map[string]any{"user": "bob"}, "call_1", "")
+				got, err := policies.Check(checkCtx, policy.Call{Namespace: ns, Labels: map[string]string{"app": "x"}, Tool: tool, Args: map[string]any{"user": "bob"}, ID: "call_1"})
 				g.Expect(err).NotTo(HaveOccurred())
 				var out []string
 				for _, gate := range got {

@@ -59,6 +59,8 @@ type BeforeToolEvent struct {
 	Turn int
 	// Passed are the keys of the gates that approved the call so far (state.Gate.Key).
 	Passed []string
+	// URL and Remote say what the tool reaches, whatever it is called (tools.Tool).
+	URL, Remote string
 }
 
 // AfterToolEvent describes a tool call that produced a result.

@@ -349,7 +349,7 @@ func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit,
 	}
 	o := &execution{}
 	if h := c.opts.Hooks.BeforeTool; h != nil {
-		ov, err := h(ctx, BeforeToolEvent{Name: call.Name, Args: args, ID: call.ID, Turn: turn})
+		ov, err := h(ctx, BeforeToolEvent{Name: call.Name, Args: args, ID: call.ID, Turn: turn, URL: tool.URL, Remote: tool.Remote})
 		if err != nil {
 			return &execution{err: fmt.Errorf("loop: BeforeTool hook for %s: %w", call.Name, err)}
 		}
@@ -387,7 +387,7 @@ func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Too
 		return o
 	}
 	if call.Gated {
-		if next := c.nextGate(ctx, call, o.args, turn); next != nil {
+		if next := c.nextGate(ctx, call, tool, o.args, turn); next != nil {
 			if next.err == nil && tools.PendingOf(next.result) == nil {
 				// BeforeTool answered for the tool (a gate that refuses the call): its result is final.
 				next.result, next.err = c.afterTool(ctx, call, o.args, next.result, turn)
@@ -416,13 +416,13 @@ func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Too
 // nextGate asks BeforeTool whether a call that a gate just approved must pass another one. It
 // returns nil when none is raised and the tool may run, or the execution that stops it: a new
 // gated suspension, a result that replaces the tool's, or a hook error.
-func (c *Client) nextGate(ctx context.Context, call Call, args map[string]any, turn int) *execution {
+func (c *Client) nextGate(ctx context.Context, call Call, tool tools.Tool, args map[string]any, turn int) *execution {
 	h := c.opts.Hooks.BeforeTool
 	if h == nil {
 		return nil
 	}
 	passed := passedWith(call)
-	ov, err := h(ctx, BeforeToolEvent{Name: call.Name, Args: args, ID: call.ID, Turn: turn, Passed: passed})
+	ov, err := h(ctx, BeforeToolEvent{Name: call.Name, Args: args, ID: call.ID, Turn: turn, Passed: passed, URL: tool.URL, Remote: tool.Remote})
 	if err != nil {
 		return &execution{err: fmt.Errorf("loop: BeforeTool hook for %s: %w", call.Name, err)}
 	}

@@ -87,7 +87,7 @@ func HTTPTool(spec HTTPToolSpec) (Tool, error) {
 	}
 	h := &httpTool{spec: spec}
 	return Tool{Name: Sanitize(spec.Name), Description: spec.Description, InputSchema: schema,
-		Source: SourceHTTP, Execute: h.execute}, nil
+		Source: SourceHTTP, URL: spec.URL, Execute: h.execute}, nil
 }
 
 // defaultClient serves the tools whose spec names no client: link-local addresses refused and

@@ -115,6 +115,8 @@ func (s *MCPServer) tool(t *mcp.Tool) Tool {
 		Description: t.Description,
 		InputSchema: schema,
 		Source:      SourceMCP,
+		URL:         s.spec.URL,
+		Remote:      name,
 		Execute: func(ctx context.Context, args map[string]any, tc *ToolContext) (ToolResult, error) {
 			return s.call(ctx, name, args, tc), nil
 		},

@@ -167,7 +167,9 @@ func TestConnectMCPListsAllPagesAndFilters(t *testing.T) {
 				t.Errorf("tools (-want +got):\n%s", diff)
 			}
 			echo := all.Tools()[3]
-			if diff := cmp.Diff(Tool{Name: "my_server_echo", Description: "the echo tool", InputSchema: map[string]any{"type": "object"}, Source: SourceMCP},
+			// What it reaches is the server and the server's own name for it, whatever the prefix.
+			if diff := cmp.Diff(Tool{Name: "my_server_echo", Description: "the echo tool", InputSchema: map[string]any{"type": "object"}, Source: SourceMCP,
+				URL: fake.url, Remote: "echo"},
 				echo, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Execute" }, cmp.Ignore())); diff != "" {
 				t.Errorf("echo tool (-want +got):\n%s", diff)
 			}

@@ -37,6 +37,11 @@ type Tool struct {
 	// InputSchema is a JSON Schema object describing the arguments.
 	InputSchema map[string]any
 	Source      Source
+	// URL is where a call goes, as the spec says it: an HTTP tool's URL (its template), an MCP
+	// tool's server URL; empty for tools of the process. Remote is an MCP tool's own name on its
+	// server. A run's author chooses Name (and an MCP server's prefix), not what these point at:
+	// an ApprovalPolicy that must hold whatever a tool is called matches them.
+	URL, Remote string
 	Execute     func(ctx context.Context, args map[string]any, tc *ToolContext) (ToolResult, error)
 }
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop/looptest"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
@@ -147,6 +148,24 @@ var _ = Describe("An ApprovalPolicy", func() {
 		Consistently(ts.Calls, 2*time.Second).Should(BeEmpty())
 
 		By("alice approves: the call runs once")
+		Expect(answerAs(alice, preq, `{"ok":true}`)).To(Succeed())
+		Eventually(succeeded(run), eventually).Should(Equal("True/" + toolnexusv1alpha1.ReasonCompleted))
+		Expect(ts.Calls()).To(HaveLen(1))
+	})
+
+	It("over url, gates the endpoint however the run's author names the tool", func() {
+		ns := prodNamespace()
+		ts, model := newToolServer(), looptest.New(GinkgoT(),
+			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "definitely_not_purchase", Arguments: purchaseArgs}),
+			looptest.OpenAIText("bought"))
+		createPolicy("purchases-endpoint", func(s *toolnexusv1alpha1.ApprovalPolicySpec) {
+			s.Tools, s.When = []string{"*"}, fmt.Sprintf("url.startsWith(%q)", ts.URL+"/purchase")
+		})
+		run := plainRun(ns, "renamed", model.URL, ts.URL+"/purchase")
+		run.Spec.Tools[0].Name = "definitely_not_purchase"
+		Expect(erin.Create(ctx, run)).To(Succeed())
+		preq := waitRequestOfPolicy(run, "purchases-endpoint")
+		Consistently(ts.Calls, time.Second).Should(BeEmpty())
 		Expect(answerAs(alice, preq, `{"ok":true}`)).To(Succeed())
 		Eventually(succeeded(run), eventually).Should(Equal("True/" + toolnexusv1alpha1.ReasonCompleted))
 		Expect(ts.Calls()).To(HaveLen(1))

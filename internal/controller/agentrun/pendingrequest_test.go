@@ -1,14 +1,17 @@
 package agentrun
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/controller/policy"
+	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/tools"
 )
@@ -92,5 +95,32 @@ func TestNewPendingRequestOfAPolicyGate(t *testing.T) {
 	call.Gate.Terms = []byte(`{"policy":{}}`)
 	if _, err := newPendingRequest(run, run.Spec.Suspension, 1, call, false); err == nil {
 		t.Error("terms that name no policy built a request")
+	}
+}
+
+// fixedPolicies answers every Check with its gates.
+type fixedPolicies []policy.Gate
+
+func (f fixedPolicies) Check(context.Context, policy.Call) ([]policy.Gate, error) { return f, nil }
+
+// A policy that excludes the requester cannot be kept by a run that does not say who created it:
+// its gate refuses the call instead of letting anyone approve.
+func TestExcludeRequesterNeedsARequester(t *testing.T) {
+	gate := policy.Gate{Policy: "four-eyes", Generation: 1, Request: &tools.Request{ID: "policy:four-eyes:call_1", Kind: tools.KindApproval},
+		Terms: policy.Terms{Policy: toolnexusv1alpha1.PolicyReference{Name: "four-eyes", Generation: 1}, ExcludeRequester: true, Required: 1}}
+	r := &Reconciler{Policies: fixedPolicies{gate}}
+	for requestedBy, refused := range map[string]bool{"": true, "alice": false} {
+		run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
+		run.Spec.RequestedBy = requestedBy
+		gates, err := r.policyGates(run)(context.Background(), runspec.PolicyCall{Tool: "deploy", ID: "call_1"})
+		if err != nil || len(gates) != 1 {
+			t.Fatalf("requestedBy %q: gates %v, %v", requestedBy, gates, err)
+		}
+		if got := strings.Contains(gates[0].Refused, "excludes the requester"); got != refused {
+			t.Errorf("requestedBy %q: refused %q, want refused %v", requestedBy, gates[0].Refused, refused)
+		}
+		if !refused && len(gates[0].Terms) == 0 {
+			t.Errorf("requestedBy %q: the gate carries no terms", requestedBy)
+		}
 	}
 }

@@ -116,7 +116,7 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // Policies says which ApprovalPolicies gate a call of a run in namespace with runLabels
 // (policy.Registry).
 type Policies interface {
-	Check(ctx context.Context, namespace string, runLabels map[string]string, tool string, args map[string]any, callID, rawArguments string) ([]policy.Gate, error)
+	Check(ctx context.Context, call policy.Call) ([]policy.Gate, error)
 }
 
 // Why each permission is there (the manager's ClusterRole is generated from these markers):

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -293,25 +294,44 @@ const (
 	requestDone
 	// requestDropped: the run ended while its call still waited on it.
 	requestDropped
+	// requestTaken: the state holds its answer, and its call has not run with it yet.
+	requestTaken
+	// requestPassed: it approved a gate of its call, which now waits on a later gate.
+	requestPassed
 )
 
 // syncRequests projects the saved state onto the run's requests: a request is open while the
 // call it was created for still waits on it; once the saved state holds its answer (or the turn
 // moved on) it is Resolved, and when the run ended first it is Resolved with reason RunGone.
 func (r *Reconciler) syncRequests(ctx context.Context, s *scope) error {
-	waiting := map[string]bool{}
-	for _, c := range s.rec.State.Suspended() {
-		if c.Announced != nil {
+	waiting, taken, passing := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, c := range s.rec.State.Calls {
+		if c.Announced == nil {
+			continue
+		}
+		switch c.Phase {
+		case loop.PhaseSuspended:
 			waiting[c.Announced.Name+"/"+c.Announced.UID] = true
+			if c.Gated && len(c.Passed) > 0 {
+				passing[c.ID] = true // its earlier gates' requests passed it on
+			}
+		case loop.PhaseAnswered:
+			taken[c.Announced.Name+"/"+c.Announced.UID] = true
 		}
 	}
 	for name, preq := range s.requests {
-		fate := requestDone
-		if waiting[name+"/"+string(preq.UID)] {
+		fate, key := requestDone, name+"/"+string(preq.UID)
+		switch {
+		case waiting[key] || taken[key]:
 			fate = requestOpen
+			if taken[key] {
+				fate = requestTaken
+			}
 			if s.rec.State.Ended() {
 				fate = requestDropped
 			}
+		case passing[preq.Spec.ToolCall.ID] && preq.Status.Answer != nil && preq.Status.Answer.OK:
+			fate = requestPassed
 		}
 		if fate == requestDone && preq.Status.Answer == nil {
 			// The state consumed its answer, which the cache does not show yet (this manager's
@@ -368,9 +388,20 @@ func setAnswered(preq *toolnexusv1alpha1.PendingRequest, cancelled bool, now tim
 	}
 }
 
-// setResolved is True once the saved state no longer waits on the request.
+// setResolved is True once the saved state no longer waits on the request: AnswerConsumed once its
+// call ran with the answer (the tool, or the tool's own suspension after its gates), GatePassed
+// when the answer approved a gate and the call went on to a later one (it stays so, whatever the
+// later gate decides).
 func setResolved(preq *toolnexusv1alpha1.PendingRequest, fate requestFate, cancelled bool, now time.Time) {
+	if c := meta.FindStatusCondition(preq.Status.Conditions, toolnexusv1alpha1.ConditionResolved); c != nil &&
+		c.Status == metav1.ConditionTrue && c.Reason == toolnexusv1alpha1.ReasonGatePassed {
+		return
+	}
 	switch {
+	case fate == requestTaken:
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAnswerTaken, "The run took the answer in; its call runs next")
+	case fate == requestPassed:
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonGatePassed, "The call passed this gate; it waits on its next one")
 	case fate == requestOpen:
 		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAnswerNotConsumed, "The run has not consumed an answer yet")
 	case cancelled:

@@ -549,6 +549,7 @@ func TestSyncRequests(t *testing.T) {
 	ctx := context.Background()
 	declined := toolnexusv1alpha1.Answer{OK: false, Reason: tools.ReasonDeclined}
 	expired := toolnexusv1alpha1.Answer{OK: false, Reason: tools.ReasonExpired}
+	approved := toolnexusv1alpha1.Answer{OK: true}
 	cases := []struct {
 		name string
 		// answer is the request's answer, by answeredBy; handed is what the saved state was
@@ -557,6 +558,8 @@ func TestSyncRequests(t *testing.T) {
 		answeredBy     string
 		handed         *tools.Answer
 		movedOn, ended bool
+		// ran: the call ran with the answer; nextGate: it waits on a later gate of its call.
+		ran, nextGate bool
 		// staleCache: the cache's copy does not show the answer yet.
 		staleCache      bool
 		phase           toolnexusv1alpha1.RequestPhase
@@ -566,8 +569,12 @@ func TestSyncRequests(t *testing.T) {
 			answered: "False/AwaitingAnswer", resol: "False/AnswerNotConsumed"},
 		{name: "answered, the call still suspended in the saved state", answer: &regionAnswer, answeredBy: "alice",
 			phase: toolnexusv1alpha1.RequestPhaseAnswered, answered: "True/Answered", resol: "False/AnswerNotConsumed"},
-		{name: "answered and consumed", answer: &regionAnswer, answeredBy: "alice", handed: &regionLoopAnswer,
+		{name: "answered and taken in, the call not run with it yet", answer: &regionAnswer, answeredBy: "alice", handed: &regionLoopAnswer,
+			phase: toolnexusv1alpha1.RequestPhaseAnswered, answered: "True/Answered", resol: "False/AnswerTaken"},
+		{name: "answered, and the call ran with it", answer: &regionAnswer, answeredBy: "alice", handed: &regionLoopAnswer, ran: true,
 			phase: toolnexusv1alpha1.RequestPhaseAnswered, answered: "True/Answered", resol: "True/AnswerConsumed"},
+		{name: "approved a gate, the call waits on its next", answer: &approved, answeredBy: "alice", nextGate: true,
+			phase: toolnexusv1alpha1.RequestPhaseAnswered, answered: "True/Answered", resol: "True/GatePassed"},
 		{name: "answered, and the turn moved on", answer: &regionAnswer, answeredBy: "alice", movedOn: true,
 			phase: toolnexusv1alpha1.RequestPhaseAnswered, answered: "True/Answered", resol: "True/AnswerConsumed"},
 		{name: "declined, the call done", answer: &declined, answeredBy: "bob", handed: &tools.Answer{Reason: tools.ReasonDeclined},
@@ -596,6 +603,15 @@ func TestSyncRequests(t *testing.T) {
 				if err := st.Answer(call.ID, *tc.handed); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if tc.ran {
+				st.Calls[0].Phase, st.Calls[0].Result = loop.PhaseDone, &tools.ToolResult{Output: "deployed"}
+			}
+			if tc.nextGate {
+				c := &st.Calls[0]
+				c.Gated, c.Gate, c.Passed = true, &loop.Gate{Key: "run"}, []string{"policy/prod"}
+				c.Request = &tools.Request{ID: "toolguard:call_1", Kind: tools.KindApproval}
+				c.Announced = &loop.Announcement{Name: requestName("deploy", 1, "call_1/gate-1"), UID: "uid-later"}
 			}
 			if tc.movedOn {
 				st.Turn, st.Calls = 2, nil

@@ -14,6 +14,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/controller/policy"
 	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/kube"
@@ -166,18 +167,24 @@ func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRu
 
 // policyGates asks the platform's policies about each call of run, at call time, so a policy
 // created while the run waits gates its next matching call.
-func (r *Reconciler) policyGates(run *toolnexusv1alpha1.AgentRun) func(context.Context, string, map[string]any, string, string) ([]runspec.PolicyGate, error) {
+func (r *Reconciler) policyGates(run *toolnexusv1alpha1.AgentRun) func(context.Context, runspec.PolicyCall) ([]runspec.PolicyGate, error) {
 	if r.Policies == nil {
 		return nil
 	}
-	namespace, labels := run.Namespace, maps.Clone(run.Labels)
-	return func(ctx context.Context, tool string, args map[string]any, callID, raw string) ([]runspec.PolicyGate, error) {
-		gates, err := r.Policies.Check(ctx, namespace, labels, tool, args, callID, raw)
+	namespace, labels, requestedBy := run.Namespace, maps.Clone(run.Labels), run.Spec.RequestedBy
+	return func(ctx context.Context, c runspec.PolicyCall) ([]runspec.PolicyGate, error) {
+		gates, err := r.Policies.Check(ctx, policy.Call{Namespace: namespace, Labels: labels, Tool: c.Tool, URL: c.URL,
+			RemoteTool: c.Remote, Args: c.Args, ID: c.ID, RawArguments: c.RawArguments})
 		if err != nil {
 			return nil, err
 		}
 		out := make([]runspec.PolicyGate, len(gates))
 		for i, g := range gates {
+			if g.Refused == "" && g.Terms.ExcludeRequester && requestedBy == "" {
+				// Nobody could be excluded: the gate is refused rather than let the requester approve.
+				g.Refused = fmt.Sprintf("ApprovalPolicy %s excludes the requester from approving, and this run does not say who created it "+
+					"(spec.requestedBy is empty: the run predates the requester stamp, or config/policies is not installed)", g.Policy)
+			}
 			out[i] = runspec.PolicyGate{Key: "policy/" + g.Policy, Refused: g.Refused, Request: g.Request,
 				Timeout: g.Terms.Timeout, OnTimeout: string(g.Terms.OnTimeout)}
 			if g.Refused != "" {

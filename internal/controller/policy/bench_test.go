@@ -66,13 +66,13 @@ func BenchmarkCheck100Policies(b *testing.B) {
 		tool  string
 		gates int
 	}{{"gated", "payments_refund", 2}, {"ungated", "read_invoice", 0}} {
-		if gates, err := r.Check(ctx, "payments", runLabels, c.tool, args, "call_1", raw); err != nil || len(gates) != c.gates {
+		if gates, err := r.Check(ctx, Call{Namespace: "payments", Labels: runLabels, Tool: c.tool, Args: args, ID: "call_1", RawArguments: raw}); err != nil || len(gates) != c.gates {
 			b.Fatalf("%s: %d gates (%v), want %d", c.name, len(gates), err, c.gates)
 		}
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := r.Check(ctx, "payments", runLabels, c.tool, args, "call_1", raw); err != nil {
+				if _, err := r.Check(ctx, Call{Namespace: "payments", Labels: runLabels, Tool: c.tool, Args: args, ID: "call_1", RawArguments: raw}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -52,7 +52,7 @@ func cloneSteps(steps []toolnexusv1alpha1.EscalationStep) []toolnexusv1alpha1.Es
 
 // gateEnv compiles every policy's when: CEL over tool, args, namespace and the run's labels.
 var gateEnv = func() *tools.GateEnv {
-	env, err := tools.NewGateEnv(tools.GateVariables{Strings: []string{"namespace"}, StringMaps: []string{"labels"}})
+	env, err := tools.NewGateEnv(tools.GateVariables{Strings: []string{"namespace", "url", "remoteTool"}, StringMaps: []string{"labels"}})
 	if err != nil {
 		panic(fmt.Sprintf("policy: the CEL environment of when: %v", err))
 	}

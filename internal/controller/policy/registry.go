@@ -82,47 +82,53 @@ var (
 //
 // Check waits, within ctx, until the registry has read every policy, and until it has seen the
 // namespace (one created a moment ago); the error is then ctx's, and the call must not run.
-func (r *Registry) Check(ctx context.Context, namespace string, runLabels map[string]string, tool string,
-	args map[string]any, callID, rawArguments string) ([]Gate, error) {
+func (r *Registry) Check(ctx context.Context, c Call) ([]Gate, error) {
 	if err := r.waitSynced(ctx); err != nil {
 		return nil, err
 	}
-	policies, namespaceLabels, err := r.read(ctx, namespace)
+	policies, namespaceLabels, err := r.read(ctx, c.Namespace)
 	if err != nil {
 		return nil, err
 	}
-	if runLabels == nil {
-		runLabels = noLabels
+	if c.Labels == nil {
+		c.Labels = noLabels
 	}
-	if args == nil {
-		args = noArgs
+	if c.Args == nil {
+		c.Args = noArgs
 	}
-	call := call{namespace: namespace, labels: runLabels, tool: tool, args: args, id: callID, raw: rawArguments}
 	var gates []Gate
 	for _, p := range policies {
-		if !p.namespaces.Matches(namespaceLabels) || !p.matchesTool(tool) || !p.runs.Matches(labels.Set(runLabels)) {
+		if !p.namespaces.Matches(namespaceLabels) || !p.matchesTool(c.Tool) || !p.runs.Matches(labels.Set(c.Labels)) {
 			continue
 		}
-		if g, applies := p.apply(&call, r.now); applies {
+		if g, applies := p.apply(&c, r.now); applies {
 			gates = append(gates, g)
 		}
 	}
 	return gates, nil
 }
 
-// call is one tool call as Check sees it; vars are its CEL variables, made for the first when.
-type call struct {
-	namespace string
-	labels    map[string]string
-	tool      string
-	args      map[string]any
-	id, raw   string
-	vars      map[string]any
+// Call is one tool call of a run as Check sees it.
+type Call struct {
+	// Namespace and Labels are the run's.
+	Namespace string
+	Labels    map[string]string
+	// Tool is the call's final tool name, which the run's author chose; URL (an HTTP tool's URL,
+	// an MCP tool's server URL) and RemoteTool (an MCP tool's own name on its server) are what it
+	// reaches, whatever it is called.
+	Tool, URL, RemoteTool string
+	Args                  map[string]any
+	// ID and RawArguments are the call's id and its arguments as JSON.
+	ID, RawArguments string
+
+	// vars are its CEL variables, made for the first when.
+	vars map[string]any
 }
 
-func (c *call) celVars() map[string]any {
+func (c *Call) celVars() map[string]any {
 	if c.vars == nil {
-		c.vars = map[string]any{"tool": c.tool, "args": c.args, "namespace": c.namespace, "labels": c.labels}
+		c.vars = map[string]any{"tool": c.Tool, "args": c.Args, "namespace": c.Namespace, "labels": c.Labels,
+			"url": c.URL, "remoteTool": c.RemoteTool}
 	}
 	return c.vars
 }
@@ -133,7 +139,7 @@ func (p *compiled) matchesTool(tool string) bool {
 
 // apply is the policy's gate over a call its selectors and globs match, and whether its when
 // lets it apply. A policy that cannot be used applies to every such call, refused.
-func (p *compiled) apply(c *call, now func() time.Time) (Gate, bool) {
+func (p *compiled) apply(c *Call, now func() time.Time) (Gate, bool) {
 	g := Gate{Policy: p.name, Generation: p.generation, Terms: p.terms.clone()}
 	if p.problem != "" {
 		g.Refused = p.refusal(p.problem)
@@ -143,8 +149,8 @@ func (p *compiled) apply(c *call, now func() time.Time) (Gate, bool) {
 	if !holds {
 		return Gate{}, false
 	}
-	req, err := p.gate.Approval(requestID(p.name, c.id), "Approve the call to "+c.tool+"? (policy "+p.name+")",
-		c.tool, c.args, c.raw, now)
+	req, err := p.gate.Approval(requestID(p.name, c.ID), "Approve the call to "+c.Tool+"? (policy "+p.name+")",
+		c.Tool, c.Args, c.RawArguments, now)
 	if err != nil {
 		g.Refused = p.refusal(clip.Marked("spec.prompt: "+err.Error(), maxProblemBytes))
 		return g, true

@@ -73,7 +73,7 @@ type testCall struct {
 
 func (c testCall) check(t *testing.T, r *Registry) []Gate {
 	t.Helper()
-	gates, err := r.Check(context.Background(), c.namespace, c.labels, c.tool, c.args, "call_1", "")
+	gates, err := r.Check(context.Background(), Call{Namespace: c.namespace, Labels: c.labels, Tool: c.tool, Args: c.args, ID: "call_1"})
 	if err != nil {
 		t.Fatalf("Check: %v", err)
 	}
@@ -223,7 +223,7 @@ func TestCheckGate(t *testing.T) {
 		s.Prompt, s.Required = `Delete {{index .arguments "id"}} with {{.tool}}?`, 0
 	})
 	r := fed(p, custom)
-	gates, err := r.Check(context.Background(), "prod", nil, "delete_user", map[string]any{"id": "u1"}, "call_7", `{"id":"u1"}`)
+	gates, err := r.Check(context.Background(), Call{Namespace: "prod", Tool: "delete_user", Args: map[string]any{"id": "u1"}, ID: "call_7", RawArguments: `{"id":"u1"}`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestCheckGate(t *testing.T) {
 	// A gate's terms are its own: changing them changes nothing the next call sees.
 	gates[1].Terms.Approvers.Groups[0] = "everyone"
 	gates[1].Terms.Escalation[0].Approvers.Groups[0] = "everyone"
-	again, _ := r.Check(context.Background(), "prod", nil, "delete_user", nil, "call_8", "")
+	again, _ := r.Check(context.Background(), Call{Namespace: "prod", Tool: "delete_user", ID: "call_8"})
 	if again[1].Terms.Approvers.Groups[0] != "sre" || again[1].Terms.Escalation[0].Approvers.Groups[0] != "sre-leads" {
 		t.Errorf("a caller's change of a gate's terms reached the registry: %+v", again[1].Terms)
 	}
@@ -330,7 +330,7 @@ func TestCheckWaits(t *testing.T) {
 	r := NewRegistry()
 	ctx, cancel := short()
 	defer cancel()
-	if gates, err := r.Check(ctx, "dev", nil, "x", nil, "c", ""); gates != nil || !errors.Is(err, context.DeadlineExceeded) {
+	if gates, err := r.Check(ctx, Call{Namespace: "dev", Tool: "x", ID: "c"}); gates != nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a registry not fed: Check = %v, %v; want the context's deadline", gates, err)
 	}
 
@@ -339,7 +339,7 @@ func TestCheckWaits(t *testing.T) {
 	r.setPolicy(newPolicy("p", nil))
 	done := make(chan []Gate)
 	go func() {
-		gates, _ := r.Check(context.Background(), "new", nil, "x", nil, "c", "")
+		gates, _ := r.Check(context.Background(), Call{Namespace: "new", Tool: "x", ID: "c"})
 		done <- gates
 	}()
 	select {
@@ -366,12 +366,12 @@ func TestCheckWaits(t *testing.T) {
 
 	// With no policy at all, a namespace not seen yet cannot matter.
 	empty := fed()
-	if gates, err := empty.Check(context.Background(), "unseen", nil, "x", nil, "c", ""); gates != nil || err != nil {
+	if gates, err := empty.Check(context.Background(), Call{Namespace: "unseen", Tool: "x", ID: "c"}); gates != nil || err != nil {
 		t.Errorf("no policies: Check = %v, %v", gates, err)
 	}
 	ctx, cancel = short()
 	defer cancel()
-	if _, err := r.Check(ctx, "unseen", nil, "x", nil, "c", ""); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := r.Check(ctx, Call{Namespace: "unseen", Tool: "x", ID: "c"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("an unseen namespace: Check = %v, want the context's deadline", err)
 	}
 }
@@ -395,5 +395,39 @@ func TestCheckNamespaceLabels(t *testing.T) {
 	r.deleteNamespace("dev")
 	if _, seen := r.namespaces["dev"]; seen {
 		t.Errorf("a deleted namespace is still kept")
+	}
+}
+
+// A run's author names its tools and MCP servers; what a call reaches they do not: a policy over
+// url and remoteTool holds the call however the tool is called.
+func TestCheckSeesWhatACallReaches(t *testing.T) {
+	r := fed(newPolicy("github-merges", func(s *toolnexusv1alpha1.ApprovalPolicySpec) {
+		s.When = `url.startsWith("https://mcp.github.test/") && remoteTool == "merge_pull_request"`
+	}), newPolicy("payments", func(s *toolnexusv1alpha1.ApprovalPolicySpec) {
+		s.When = `url == "https://pay.test/charge/{id}"`
+	}))
+	for _, tc := range []struct {
+		name string
+		call Call
+		want []string
+	}{
+		{"an MCP tool under the name the platform expects", Call{Tool: "github_merge_pull_request", URL: "https://mcp.github.test/v1", RemoteTool: "merge_pull_request"},
+			[]string{"github-merges policy:github-merges:call_1"}},
+		{"the same tool behind a prefix the tenant chose", Call{Tool: "gh_merge_pull_request", URL: "https://mcp.github.test/v1", RemoteTool: "merge_pull_request"},
+			[]string{"github-merges policy:github-merges:call_1"}},
+		{"an HTTP tool renamed by the tenant", Call{Tool: "buy", URL: "https://pay.test/charge/{id}"}, []string{"payments policy:payments:call_1"}},
+		{"another server's tool of that name", Call{Tool: "gh_merge_pull_request", URL: "https://mcp.other.test/", RemoteTool: "merge_pull_request"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.call
+			c.Namespace, c.ID = "prod", "call_1"
+			gates, err := r.Check(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, outcomes(gates)); diff != "" {
+				t.Errorf("gates (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

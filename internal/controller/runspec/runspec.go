@@ -56,7 +56,16 @@ type Env struct {
 	MaxToolCallsPerTurn int
 	// Policies returns the gates the platform's ApprovalPolicies raise over a call, in the order
 	// they are asked; nil raises none (an Agent's validation).
-	Policies func(ctx context.Context, tool string, args map[string]any, callID, rawArguments string) ([]PolicyGate, error)
+	Policies func(ctx context.Context, call PolicyCall) ([]PolicyGate, error)
+}
+
+// PolicyCall is a tool call as the platform's policies are asked about it.
+type PolicyCall struct {
+	// Tool is the call's tool name; URL and Remote what it reaches (tools.Tool).
+	Tool, URL, Remote string
+	Args              map[string]any
+	// ID and RawArguments are the call's id and its arguments as JSON.
+	ID, RawArguments string
 }
 
 // PolicyGate is one gate an ApprovalPolicy raises over a call.
@@ -205,7 +214,8 @@ func gateHooks(approvals []toolnexusv1alpha1.ApprovalGate, env Env) (loop.Hooks,
 			return nil, err
 		}
 		if env.Policies != nil {
-			policies, err := env.Policies(ctx, ev.Name, ev.Args, ev.ID, string(raw))
+			policies, err := env.Policies(ctx, PolicyCall{Tool: ev.Name, URL: ev.URL, Remote: ev.Remote, Args: ev.Args,
+				ID: ev.ID, RawArguments: string(raw)})
 			if err != nil {
 				return nil, err
 			}
