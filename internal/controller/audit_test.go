@@ -372,6 +372,58 @@ var _ = Describe("The audit trail", func() {
 		Expect(sink.acceptedIDs()).To(ContainElements(string(old.UID)+"/requested", string(old.UID)+"/cancelled"))
 	})
 
+	It("gives a gate that passed its call on to a later gate no executed: the call never ran", func() {
+		sink := newAuditSink(ns, true)
+		alice := auditAnswerer(ns)
+		startAuditing(sink.URL)
+		policy := &toolnexusv1alpha1.ApprovalPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "audit-" + ns},
+			Spec: toolnexusv1alpha1.ApprovalPolicySpec{
+				NamespaceSelector: &toolnexusv1alpha1.LabelSelector{MatchLabels: map[string]toolnexusv1alpha1.LabelValue{"kubernetes.io/metadata.name": toolnexusv1alpha1.LabelValue(ns)}},
+				Tools:             []string{"buy"}, Approvers: toolnexusv1alpha1.Approvers{Users: []string{"alice"}},
+			},
+		}
+		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, policy))).To(Succeed()) })
+		run, ts := auditedRun(ns, "two-gates")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+
+		By("the policy's gate comes first; approved, the call goes on to the run's own gate")
+		first := waitSuspended(run, 1)[0]
+		Expect(first.Spec.Policy).NotTo(BeNil())
+		approveAs(alice, "alice", &first)
+		var second toolnexusv1alpha1.PendingRequest
+		Eventually(func() bool {
+			for _, p := range requestsOf(run) {
+				if p.Name != first.Name {
+					second = p
+					return true
+				}
+			}
+			return false
+		}, eventually).Should(BeTrue())
+		Expect(second.Spec.Policy).To(BeNil(), "the run's own gate")
+		Eventually(func() string {
+			c := meta.FindStatusCondition(liveRequest(&first).Status.Conditions, toolnexusv1alpha1.ConditionResolved)
+			if c == nil {
+				return ""
+			}
+			return string(c.Status) + "/" + c.Reason
+		}, eventually).Should(Equal("True/" + toolnexusv1alpha1.ReasonGatePassed))
+
+		By("the run's gate declines: the tool never runs, and no request of the call says executed")
+		answer(&second, `{"ok":false,"reason":"not today"}`)
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(ts.Calls()).To(BeEmpty())
+		Eventually(auditedOf(&second), eventually).Should(ContainElement("answered"))
+		Eventually(auditedOf(&first), eventually).Should(ContainElement("answered"))
+		Consistently(func() []string { return append(liveRequest(&first).Status.Audited, liveRequest(&second).Status.Audited...) }, "2s").
+			ShouldNot(ContainElement("executed"))
+		for _, id := range sink.acceptedIDs() {
+			Expect(id).NotTo(HaveSuffix("/executed"))
+		}
+	})
+
 	It("says a request deleted unanswered was cancelled", func() {
 		sink := newAuditSink(ns, true)
 		startAuditing(sink.URL)
