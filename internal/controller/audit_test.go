@@ -417,7 +417,9 @@ var _ = Describe("The audit trail", func() {
 		Expect(ts.Calls()).To(BeEmpty())
 		Eventually(auditedOf(&second), eventually).Should(ContainElement("answered"))
 		Eventually(auditedOf(&first), eventually).Should(ContainElement("answered"))
-		Consistently(func() []string { return append(liveRequest(&first).Status.Audited, liveRequest(&second).Status.Audited...) }, "2s").
+		Consistently(func() []string {
+			return append(liveRequest(&first).Status.Audited, liveRequest(&second).Status.Audited...)
+		}, "2s").
 			ShouldNot(ContainElement("executed"))
 		for _, id := range sink.acceptedIDs() {
 			Expect(id).NotTo(HaveSuffix("/executed"))

@@ -67,6 +67,9 @@ func NewRegistry() *Registry {
 		namespaces: map[string]labels.Set{}, namespaceAdded: make(chan struct{})}
 }
 
+// maxWait bounds how long a call waits for the policies and its namespace to be read.
+const maxWait = 30 * time.Second
+
 // noLabels and noArgs stand in for a run without labels and a call without arguments; never
 // written.
 var (
@@ -80,9 +83,14 @@ var (
 // tool globs the tool, and its when holds (or cannot be evaluated). callID and rawArguments are
 // the call's id and arguments as the model sent them.
 //
-// Check waits, within ctx, until the registry has read every policy, and until it has seen the
-// namespace (one created a moment ago); the error is then ctx's, and the call must not run.
+// Check waits, within ctx and at most maxWait, until the registry has read every policy, and
+// until it has seen the namespace (one created a moment ago); the error then wraps ctx's (a
+// deadline is a transient failure of the step), and the call must not run.
 func (r *Registry) Check(ctx context.Context, c Call) ([]Gate, error) {
+	// Bounded, so a registry that cannot read (its RBAC missing) holds no call for good: the step
+	// fails as a transient failure naming what was not read, and the run retries with backoff.
+	ctx, cancel := context.WithTimeout(ctx, maxWait)
+	defer cancel()
 	if err := r.waitSynced(ctx); err != nil {
 		return nil, err
 	}

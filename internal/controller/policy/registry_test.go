@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/tools"
 	"github.com/toolnexus/operator/internal/tools/wire"
 )
@@ -332,6 +334,8 @@ func TestCheckWaits(t *testing.T) {
 	defer cancel()
 	if gates, err := r.Check(ctx, Call{Namespace: "dev", Tool: "x", ID: "c"}); gates != nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a registry not fed: Check = %v, %v; want the context's deadline", gates, err)
+	} else if f := loop.Classify(fmt.Errorf("loop: BeforeTool hook for x: %w", err)); !f.Transient {
+		t.Errorf("the step that waited fails %+v; want a transient failure, retried with backoff", f)
 	}
 
 	synced := make(chan struct{})
