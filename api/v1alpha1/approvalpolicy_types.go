@@ -222,6 +222,13 @@ type ApprovalEntry struct {
 	// +kubebuilder:validation:MaxLength=512
 	User string `json:"user"`
 
+	// requestUID binds the entry to the request its approver saw: when given, it must equal the
+	// PendingRequest's metadata.uid (the API server refuses it otherwise), as an answer's does.
+	// `kubectl toolnexus approve` and the inbox always send it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	RequestUID string `json:"requestUID,omitempty"`
+
 	// ok is true to approve, false to decline.
 	// +required
 	OK bool `json:"ok"`

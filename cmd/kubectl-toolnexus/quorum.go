@@ -152,7 +152,7 @@ func (o *options) sendApproval(ctx context.Context, pr *toolnexusv1alpha1.Pendin
 			"kind":       "PendingRequest",
 			"metadata":   map[string]any{"name": pr.Name, "namespace": pr.Namespace, "resourceVersion": pr.ResourceVersion},
 			"status": map[string]any{"approvals": []toolnexusv1alpha1.ApprovalEntry{
-				{User: user, OK: ok, Reason: reason}}},
+				{User: user, RequestUID: string(uid), OK: ok, Reason: reason}}},
 		})
 		if err != nil {
 			return nil, err

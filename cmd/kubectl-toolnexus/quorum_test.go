@@ -89,7 +89,7 @@ var _ = Describe("A request that needs two approvals", func() {
 		stdout, stderr, err := kubectlToolnexus("alice", "-n", ns, "approve", preq.Name)
 		Expect(err).NotTo(HaveOccurred(), stderr)
 		Expect(stdout).To(Equal("pendingrequest.toolnexus.dev/" + preq.Name + " approved: 1 of 2 (alice); waiting for 1 more\n"))
-		Expect(entries(preq)).To(Equal([]toolnexusv1alpha1.ApprovalEntry{{User: "alice", OK: true}}))
+		Expect(entries(preq)).To(Equal([]toolnexusv1alpha1.ApprovalEntry{{User: "alice", RequestUID: string(preq.UID), OK: true}}))
 		Expect(stored(preq).Status.Answer).To(BeNil(), "nobody but the manager answers a request that needs several approvals")
 
 		By("alice approving again is told she did, and nothing is written")
@@ -122,7 +122,7 @@ var _ = Describe("A request that needs two approvals", func() {
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(Equal("pendingrequest.toolnexus.dev/" + preq.Name +
 			" approved: 2 of 2 (alice, carol); the quorum is complete: the manager records the answer\n"))
-		Expect(entries(preq)).To(Equal([]toolnexusv1alpha1.ApprovalEntry{{User: "alice", OK: true}, {User: "carol", OK: true}}))
+		Expect(entries(preq)).To(Equal([]toolnexusv1alpha1.ApprovalEntry{{User: "alice", RequestUID: string(preq.UID), OK: true}, {User: "carol", RequestUID: string(preq.UID), OK: true}}))
 		Expect(managers(preq)).To(ContainElements("kubectl-toolnexus/alice", "kubectl-toolnexus/carol"), "each entry is applied by its own user's field manager")
 		Expect(stored(preq).Status.Answer).To(BeNil())
 
@@ -136,7 +136,7 @@ var _ = Describe("A request that needs two approvals", func() {
 		stdout, stderr, err := kubectlToolnexus("carol", "-n", ns, "decline", preq.Name, "--reason", "over budget")
 		Expect(err).NotTo(HaveOccurred(), stderr)
 		Expect(stdout).To(Equal("pendingrequest.toolnexus.dev/" + preq.Name + " declined by carol: over budget; the manager records the decline as the answer\n"))
-		Expect(entries(preq)).To(Equal([]toolnexusv1alpha1.ApprovalEntry{{User: "carol", OK: false, Reason: "over budget"}}))
+		Expect(entries(preq)).To(Equal([]toolnexusv1alpha1.ApprovalEntry{{User: "carol", RequestUID: string(preq.UID), OK: false, Reason: "over budget"}}))
 
 		_, stderr, err = kubectlToolnexus("alice", "-n", ns, "approve", preq.Name, "--reason", "fine by me")
 		Expect(err).To(HaveOccurred())
@@ -152,7 +152,7 @@ var _ = Describe("A request that needs two approvals", func() {
 		preq := quorumRequest(ns)
 		_, stderr, err := kubectlToolnexus("alice", "-n", ns, "approve", preq.Name, "--reason", "checked the budget")
 		Expect(err).NotTo(HaveOccurred(), stderr)
-		Expect(entries(preq)).To(Equal([]toolnexusv1alpha1.ApprovalEntry{{User: "alice", OK: true, Reason: "checked the budget"}}))
+		Expect(entries(preq)).To(Equal([]toolnexusv1alpha1.ApprovalEntry{{User: "alice", RequestUID: string(preq.UID), OK: true, Reason: "checked the budget"}}))
 	})
 
 	It("takes no direct answer, and names the command that adds the entry", func() {

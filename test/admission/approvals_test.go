@@ -221,6 +221,29 @@ var _ = Describe("A request that needs two approvals", func() {
 		Expect(err.Error()).To(ContainSubstring("this request needs a single answer (spec.required is 1): set status.answer"))
 	})
 
+	It("binds an entry to the request its approver saw, by requestUID", func() {
+		preq := quorumRequest(ns, 2, approvers, nil)
+		err := addEntry(alice, preq, `{"user":"alice","ok":true,"requestUID":"0b5c7a4e-2f0d-4b8e-9f57-1a2b3c4d5e6f"}`)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("was deleted and replaced by another of the same name"))
+		Expect(stored(preq).Status.Approvals).To(BeEmpty())
+		Expect(addEntry(alice, preq, fmt.Sprintf(`{"user":"alice","ok":true,"requestUID":%q}`, preq.UID))).To(Succeed())
+		expectEntries(preq, "alice")
+	})
+
+	It("refuses decisions once the run gave the request up (Resolved RunGone)", func() {
+		preq := quorumRequest(ns, 2, approvers, nil)
+		single := newRequest(ns, "approval", nil, approvers)
+		for _, p := range []*toolnexusv1alpha1.PendingRequest{preq, single} {
+			Expect(patchStatus(manager, p, `{"status":{"conditions":[{"type":"Resolved","status":"True","reason":"RunGone",`+
+				`"message":"The run ended; the request was cancelled","lastTransitionTime":"2026-12-01T00:00:00Z"}]}}`)).To(Succeed())
+		}
+		Expect(approve(alice, preq, "alice")).To(MatchError(ContainSubstring("the run of this request ended before it was decided")))
+		Expect(answer(alice, single, `{"ok":true}`)).To(MatchError(ContainSubstring("the run of this request ended before it was decided")))
+		Expect(stored(preq).Status.Approvals).To(BeEmpty())
+		Expect(stored(single).Status.Answer).To(BeNil())
+	})
+
 	It("keeps entries to the approvers: other status fields in the same write are refused", func() {
 		preq := quorumRequest(ns, 2, approvers, nil)
 		for _, patch := range []string{
