@@ -45,7 +45,7 @@ vet: ## Run go vet (including the e2e sources).
 	go vet -tags chaos ./test/chaos/
 
 .PHONY: lint
-lint: golangci-lint ## Run golangci-lint.
+lint: golangci-lint helm-lint ## Run golangci-lint, and helm lint the chart.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: lint-fix
@@ -61,8 +61,8 @@ test: ## Run every suite (test-unit, test-e2e, test-chaos) even when one fails; 
 	MAKE="$(MAKE)" hack/test-all.sh test-unit test-e2e test-chaos
 
 .PHONY: test-unit
-test-unit: manifests generate kustomize chromium ## Run the unit and envtest integration tests (go test ./...).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go test $(GO_TEST_FLAGS) ./...
+test-unit: manifests generate kustomize helm chromium ## Run the unit and envtest integration tests (go test ./...), test/chart included.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./...
 
 FLAKE_RUNS ?= 10
 FLAKE_PKGS ?= ./...
@@ -216,3 +216,31 @@ mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)"; \
 ln -sf "$$(basename $(1))-$(3)" "$(1)"; \
 }
 endef
+
+##@ Helm chart
+
+HELM ?= $(LOCALBIN)/helm
+HELM_VERSION ?= v4.3.1
+CHART ?= charts/toolnexus-operator
+
+.PHONY: chart
+chart: manifests kustomize ## Copy the CRDs into the chart and regenerate its RBAC, admission policies, ServiceMonitor and NetworkPolicy from config/.
+	rm -f $(CHART)/crds/*.yaml && cp config/crd/bases/*.yaml $(CHART)/crds/
+	$(KUSTOMIZE) build config/default | go run ./hack/chartgen -from config/default -kinds ServiceAccount,Role,RoleBinding,ClusterRole,ClusterRoleBinding > $(CHART)/templates/rbac.yaml
+	$(KUSTOMIZE) build config/default | go run ./hack/chartgen -from config/default -kinds ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,MutatingAdmissionPolicy,MutatingAdmissionPolicyBinding > $(CHART)/templates/policies.yaml
+	$(KUSTOMIZE) build config/prometheus | go run ./hack/chartgen -from config/prometheus -when .Values.serviceMonitor.enabled > $(CHART)/templates/servicemonitor.yaml
+	$(KUSTOMIZE) build config/network-policy | go run ./hack/chartgen -from config/network-policy -when .Values.networkPolicy.enabled > $(CHART)/templates/networkpolicy.yaml
+
+.PHONY: helm-lint
+helm-lint: helm ## helm lint the chart, and render it with every optional object switched on.
+	$(HELM) lint --strict $(CHART)
+	$(HELM) template toolnexus $(CHART) -n toolnexus-system --set serviceMonitor.enabled=true,networkPolicy.enabled=true,namespace.create=true >/dev/null
+
+.PHONY: test-chart
+test-chart: helm kustomize ## The chart renders what config/default renders, the krew manifest has its shape.
+	HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./test/chart/
+
+.PHONY: helm
+helm: $(HELM)
+$(HELM): | $(LOCALBIN)
+	$(call go-install-tool,$(HELM),helm.sh/helm/v4/cmd/helm,$(HELM_VERSION))
