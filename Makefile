@@ -68,7 +68,7 @@ FLAKE_RUNS ?= 10
 FLAKE_PKGS ?= ./...
 FLAKE_FLAGS ?=
 .PHONY: test-flakes
-test-flakes: manifests generate kustomize chromium ## Run FLAKE_PKGS (default ./...) FLAKE_RUNS times, shuffled with a new seed each run; count failures per test.
+test-flakes: manifests generate kustomize helm chromium ## Run FLAKE_PKGS (default ./...) FLAKE_RUNS times, shuffled with a new seed each run; count failures per test.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go run ./hack/flakes -runs $(FLAKE_RUNS) $(FLAKE_FLAGS) $(FLAKE_PKGS)
 
 # The inbox's browser tests (test/inbox) drive Debian's chromium; as root it is installed when

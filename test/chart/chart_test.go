@@ -1,6 +1,6 @@
 // Package chart checks that charts/toolnexus-operator installs what config/ installs: rendered
 // with its default values it must give the objects `kustomize build config/default` gives, with
-// the differences listed in intentionalDifferences; its values must reach the manager's flags; and
+// the differences listed in intentionalDifferences; its values must reach the manager's flags;
 // it must install, upgrade and uninstall on a real API server (install_test.go); and
 // plugins/toolnexus.yaml must have the shape krew reads.
 //
