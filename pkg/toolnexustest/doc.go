@@ -15,8 +15,10 @@
 //     on runs, and Approve, Decline and Answer answer a request as a given user's client, bound to
 //     the request they were given (answer.requestUID).
 //
-// Start needs the control plane's binaries: KUBEBUILDER_ASSETS, or else the repository's
-// hack/controlplane.sh builds them. It reads config/ from the copy of the operator's module the
-// test is built with (a replace directive pointing at a checkout, or the module cache), with the
-// kubectl of those binaries.
+// Start needs the control plane's binaries (kube-apiserver, etcd, kubectl): the directory
+// KUBEBUILDER_ASSETS names, or else, in a checkout of the operator, what its hack/controlplane.sh
+// builds from Go modules. It installs the config/ of the operator's source the test is built from
+// (a replace directive pointing at a checkout, as examples/answer-bot does, or the module cache),
+// with that kubectl's kustomize; a build with -trimpath has no such path and cannot use Start.
+// Outside a checkout, set KUBEBUILDER_ASSETS (setup-envtest use prints a directory that fits).
 package toolnexustest

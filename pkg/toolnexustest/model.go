@@ -8,12 +8,18 @@ import (
 	"time"
 
 	"github.com/toolnexus/operator/internal/loop/looptest"
-	"github.com/toolnexus/operator/internal/testenv"
 )
 
 // T is what the kit needs of a test: *testing.T and Ginkgo's GinkgoT() have it. What the kit
-// starts is stopped by T's cleanup.
-type T = testenv.T
+// starts is stopped by T's cleanup, so a Ginkgo suite starts its Env with the GinkgoT() of its
+// BeforeSuite, and a plain test with its own T.
+type T interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}
 
 // Reply is one scripted response of a Model.
 type Reply struct {
@@ -138,8 +144,8 @@ func (m *Model) Requests() []ModelRequest {
 	return requests
 }
 
-// LastMessage returns the text of the request's last message: after a tool call, the tool's
-// output or the reason it did not run.
+// LastMessage returns the request's last message: after a tool call, the tool message holding
+// the tool's output or the reason it did not run.
 func (r ModelRequest) LastMessage() (Message, error) {
 	messages, err := r.Messages()
 	if err != nil {
