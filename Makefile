@@ -49,7 +49,7 @@ vet: ## Run go vet (including the e2e sources).
 	for dir in $(EXAMPLES); do (cd $$dir && go vet ./...) || exit 1; done
 
 .PHONY: lint
-lint: golangci-lint ## Run golangci-lint (on the examples' modules too).
+lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 	for dir in $(EXAMPLES); do (cd $$dir && $(GOLANGCI_LINT) run ./...) || exit 1; done
 
