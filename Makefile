@@ -14,6 +14,9 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 # setup-envtest keeps binaries; see hack/controlplane.sh.
 ENVTEST_ASSETS = $(shell hack/controlplane.sh)
 GO_TEST_FLAGS ?= -count=1
+# The examples are modules of their own (a replace to this repository) that build on pkg/toolnexustest
+# the way a user's module does; ./... of this module does not reach them.
+EXAMPLES := examples/answer-bot
 
 .PHONY: all
 all: build
@@ -43,10 +46,12 @@ vet: ## Run go vet (including the e2e sources).
 	go vet ./...
 	go vet -tags e2e ./test/e2e/
 	go vet -tags chaos ./test/chaos/
+	for dir in $(EXAMPLES); do (cd $$dir && go vet ./...) || exit 1; done
 
 .PHONY: lint
 lint: golangci-lint helm-lint ## Run golangci-lint, and helm lint the chart.
 	$(GOLANGCI_LINT) run ./...
+	for dir in $(EXAMPLES); do (cd $$dir && $(GOLANGCI_LINT) run ./...) || exit 1; done
 
 .PHONY: lint-fix
 lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
@@ -57,12 +62,16 @@ envtest: ## Build kube-apiserver, etcd and kubectl from Go modules (once) and pr
 	@hack/controlplane.sh
 
 .PHONY: test
-test: ## Run every suite (test-unit, test-e2e, test-chaos) even when one fails; summarise and fail if any failed.
-	MAKE="$(MAKE)" hack/test-all.sh test-unit test-e2e test-chaos
+test: ## Run every suite (test-unit, test-examples, test-e2e, test-chaos) even when one fails; summarise and fail if any failed.
+	MAKE="$(MAKE)" hack/test-all.sh test-unit test-examples test-e2e test-chaos
 
 .PHONY: test-unit
 test-unit: manifests generate kustomize helm chromium ## Run the unit and envtest integration tests (go test ./...), test/chart included.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: test-examples
+test-examples: manifests generate ## Run the examples' suites (their own modules, on pkg/toolnexustest).
+	for dir in $(EXAMPLES); do (cd $$dir && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 
 FLAKE_RUNS ?= 10
 FLAKE_PKGS ?= ./...
