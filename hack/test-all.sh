@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# make test: runs every suite, each a make target (test-unit test-e2e test-chaos), to the end
+# make test: runs every suite, each a make target (test-unit test-examples test-e2e test-chaos), to the end
 # even when an earlier one fails, so a red unit suite does not hide the e2e result. Prints each
 # suite's output as it comes, then a summary with the packages that failed, and a last line
 # "N passed, M failed"; exits non-zero when any suite failed.
 #
-#	hack/test-all.sh test-unit test-e2e test-chaos
+#	hack/test-all.sh test-unit test-examples test-e2e test-chaos
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
