@@ -36,9 +36,6 @@ const (
 // TypePrefix starts the CloudEvents type of every audit event: <prefix><kind>.
 const TypePrefix = "dev.toolnexus.audit."
 
-// ContentType is how an event is sent: a CloudEvent in structured mode.
-const ContentType = "application/cloudevents+json"
-
 // Why a request was cancelled.
 const (
 	// WhyRunGone: the run ended (it completed, failed or was cancelled) before an answer came.

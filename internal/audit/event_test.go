@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/toolnexus/operator/internal/netguard"
+	"github.com/toolnexus/operator/internal/notify"
 )
 
 var (
@@ -178,7 +179,7 @@ func TestSend(t *testing.T) {
 		t.Fatalf("Send: %+v", res)
 	}
 	want, _ := CloudEvent(base(Requested))
-	if got.Method != http.MethodPost || got.URL.Path != "/audit" || got.Header.Get("Content-Type") != ContentType || !bytes.Equal(body, want) {
+	if got.Method != http.MethodPost || got.URL.Path != "/audit" || got.Header.Get("Content-Type") != notify.CloudEventsContentType || !bytes.Equal(body, want) {
 		t.Errorf("the sink got %s %s %q:\n%s", got.Method, got.URL.Path, got.Header.Get("Content-Type"), body)
 	}
 }

@@ -41,5 +41,5 @@ func (s *Sink) Send(ctx context.Context, e Event) notify.Result {
 	if err != nil {
 		return notify.Result{Err: err}
 	}
-	return notify.Post(ctx, s.client, s.url, nil, ContentType, body, s.timeout)
+	return notify.Post(ctx, s.client, s.url, nil, notify.CloudEventsContentType, body, s.timeout)
 }

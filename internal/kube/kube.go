@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/clip"
 )
 
 // Conditioned is an object whose status carries conditions.
@@ -29,6 +30,21 @@ type Conditioned interface {
 func SetCondition(obj Conditioned, now time.Time, t string, status metav1.ConditionStatus, reason, message string) {
 	meta.SetStatusCondition(obj.StatusConditions(), metav1.Condition{Type: t, Status: status, Reason: reason,
 		Message: message, ObservedGeneration: obj.GetGeneration(), LastTransitionTime: metav1.NewTime(now)})
+}
+
+// SetReady says in obj's Ready condition whether it can be used: True with okMessage when reason
+// is empty; else False with reason and message, and Stalled True with the same (kstatus, and so a
+// GitOps tool, reads the object as failed). The status describes obj's generation.
+func SetReady(obj Conditioned, gen *int64, now time.Time, reason, message, okMessage string) {
+	*gen = obj.GetGeneration()
+	if reason == "" {
+		SetCondition(obj, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonValid, okMessage)
+		meta.RemoveStatusCondition(obj.StatusConditions(), toolnexusv1alpha1.ConditionStalled)
+		return
+	}
+	message = clip.Marked(message, 1024)
+	SetCondition(obj, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
+	SetCondition(obj, now, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, reason, message)
 }
 
 // PatchStatus writes what changed in obj's status since before, as a merge patch of the status

@@ -25,6 +25,9 @@ const (
 // EventTypePrefix starts the CloudEvents type of every notification: <prefix><event>.
 const EventTypePrefix = "dev.toolnexus.pendingrequest."
 
+// CloudEventsContentType is how a CloudEvent is posted: structured mode.
+const CloudEventsContentType = "application/cloudevents+json"
+
 // Message is what a notification says about one request.
 type Message struct {
 	Event Event

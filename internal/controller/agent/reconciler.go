@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -15,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/kube"
 )
@@ -55,16 +52,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // setAgentReady sets Ready from the validation's outcome, and Stalled (kstatus) with the same
 // reason when the agent cannot run.
 func setAgentReady(agent *toolnexusv1alpha1.Agent, invalid *runspec.Error, now time.Time) {
-	agent.Status.ObservedGeneration = agent.Generation
-	if invalid == nil {
-		kube.SetCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonValid,
-			"The agent's tools, approval gates and model options are valid")
-		meta.RemoveStatusCondition(&agent.Status.Conditions, toolnexusv1alpha1.ConditionStalled)
-		return
+	reason, msg := "", ""
+	if invalid != nil {
+		reason, msg = invalid.Reason, invalid.Error()
 	}
-	msg := clip.Marked(invalid.Error(), 1024)
-	kube.SetCondition(agent, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, invalid.Reason, msg)
-	kube.SetCondition(agent, now, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, invalid.Reason, msg)
+	kube.SetReady(agent, &agent.Status.ObservedGeneration, now, reason, msg, "The agent's tools, approval gates and model options are valid")
 }
 
 // SetupWithManager registers the reconciler; it reacts to spec changes only.

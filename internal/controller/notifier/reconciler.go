@@ -326,7 +326,7 @@ func payload(format toolnexusv1alpha1.NotifyFormat, msg notify.Message) (content
 		return "application/json", body, err
 	}
 	body, err = notify.CloudEvent(msg)
-	return "application/cloudevents+json", body, err
+	return notify.CloudEventsContentType, body, err
 }
 
 // messageOf is what the notification d says about preq.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -49,16 +47,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // and Stalled (kstatus: a GitOps tool reads the policy as failed) with the same reason when the
 // policy cannot be applied.
 func setPolicyReady(p *toolnexusv1alpha1.ApprovalPolicy, problem string, now time.Time) {
-	p.Status.ObservedGeneration = p.Generation
-	if problem == "" {
-		kube.SetCondition(p, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonValid,
-			"The policy's selectors, tools, when and prompt are valid")
-		meta.RemoveStatusCondition(&p.Status.Conditions, toolnexusv1alpha1.ConditionStalled)
-		return
+	reason := ""
+	if problem != "" {
+		reason = toolnexusv1alpha1.ReasonInvalidPolicy
 	}
-	msg := "The calls this policy matches are refused until it is fixed: " + problem
-	kube.SetCondition(p, now, toolnexusv1alpha1.ConditionReady, metav1.ConditionFalse, toolnexusv1alpha1.ReasonInvalidPolicy, msg)
-	kube.SetCondition(p, now, toolnexusv1alpha1.ConditionStalled, metav1.ConditionTrue, toolnexusv1alpha1.ReasonInvalidPolicy, msg)
+	kube.SetReady(p, &p.Status.ObservedGeneration, now, reason, "The calls this policy matches are refused until it is fixed: "+problem,
+		"The policy's selectors, tools, when and prompt are valid")
 }
 
 // SetupWithManager registers the reconciler; it reacts to spec changes only.
