@@ -91,6 +91,7 @@ type HTTPHeader struct {
 }
 
 // HTTPToolSpec calls an HTTP endpoint; see the README for the suspension wire protocol.
+// +kubebuilder:validation:XValidation:rule="!has(self.auth) || !has(self.headers) || !self.headers.exists(h, h.name.lowerAscii() == 'authorization')",message="auth.oauth sends the Authorization header: remove it from headers"
 type HTTPToolSpec struct {
 	// url of the endpoint. `{name}` segments are filled from the call's arguments of that name,
 	// which are then left out of the body.
@@ -118,6 +119,67 @@ type HTTPToolSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="tools[].http.timeout must be at most 10m"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// auth has the operator sign the tool's requests in.
+	// +optional
+	Auth *ToolAuth `json:"auth,omitempty"`
+}
+
+// ToolAuth is how the operator signs a tool's or an MCP server's requests in.
+type ToolAuth struct {
+	// oauth has the operator complete an OAuth 2.1 login itself (authorization code with PKCE,
+	// discovered from the endpoint's 401), keep the tokens for tokenScope and send them as
+	// Authorization: Bearer; see the README, "Logins the operator completes".
+	// +required
+	OAuth *OAuthSpec `json:"oauth"`
+}
+
+// TokenScope says whose login a token is, and so which calls reuse it.
+// +kubebuilder:validation:Enum=Requester;Agent;Run
+type TokenScope string
+
+// Token scopes.
+const (
+	// TokenScopeRequester: the run's requester (spec.requestedBy), across their runs in the namespace.
+	TokenScopeRequester TokenScope = "Requester"
+	// TokenScopeAgent: every run of the Agent (spec.agentRef), whoever requested it.
+	TokenScopeAgent TokenScope = "Agent"
+	// TokenScopeRun: the run alone.
+	TokenScopeRun TokenScope = "Run"
+)
+
+// OAuthSpec is an OAuth 2.1 client the operator signs in with.
+type OAuthSpec struct {
+	// clientID is the client's id registered at the authorization server, with the manager's
+	// --oauth-redirect-url as a redirect URI.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[!-~]+$`
+	ClientID string `json:"clientID"`
+
+	// clientSecretRef is the secret of a confidential client, read by the manager when it
+	// exchanges a code or refreshes a token, and sent to the token endpoint only. A public client
+	// (PKCE alone) sets none.
+	// +optional
+	ClientSecretRef *SecretKeyReference `json:"clientSecretRef,omitempty"`
+
+	// scopes to request. Empty asks for those the endpoint's 401 names, else those its protected
+	// resource metadata lists.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[!#-\[\]-~]+$`
+	Scopes []string `json:"scopes,omitempty"`
+
+	// tokenScope says whose login the token is: Requester (the default) keeps one per requester,
+	// reused by their later runs in the namespace; Agent one per Agent, shared by all its runs;
+	// Run one per run.
+	// +optional
+	// +kubebuilder:default=Requester
+	TokenScope TokenScope `json:"tokenScope,omitempty"`
 }
 
 // ToolSpec declares one tool the model may call.
@@ -148,6 +210,7 @@ type ToolSpec struct {
 
 // MCPServerSpec connects a remote MCP server over streamable HTTP. Its tools are named
 // <server>_<tool>.
+// +kubebuilder:validation:XValidation:rule="!has(self.auth) || !has(self.headers) || !self.headers.exists(h, h.name.lowerAscii() == 'authorization')",message="auth.oauth sends the Authorization header: remove it from headers"
 type MCPServerSpec struct {
 	// name prefixes the server's tool names.
 	// +required
@@ -182,6 +245,10 @@ type MCPServerSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="mcpServers[].timeout must be at most 10m"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// auth has the operator sign the server's requests in.
+	// +optional
+	Auth *ToolAuth `json:"auth,omitempty"`
 }
 
 // Builtin names a tool that ships with the operator.

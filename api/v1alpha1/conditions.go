@@ -161,6 +161,10 @@ func (p *ApprovalPolicy) StatusConditions() *[]metav1.Condition { return &p.Stat
 // needs several approvals (spec.required > 1) is decided by its status.approvals.
 const QuorumAnswerer = "system:quorum"
 
+// OAuthAnswerer is the answeredBy value of the answer the manager writes when a person completed
+// the login an authorization request asks for (SPEC §12): the call is then made again, signed in.
+const OAuthAnswerer = "system:oauth"
+
 // AuditFinalizer keeps a PendingRequest until the manager has delivered its audit events
 // (--audit-sink-url), so deleting its run cannot lose them.
 const AuditFinalizer = "toolnexus.dev/audit"

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -27,6 +28,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/controller/login"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/netguard"
@@ -46,6 +48,8 @@ func main() {
 		denyCIDRs, allowCIDRs             string
 		maxResponseMiB, maxInflightMiB    int64
 		auditSinkURL                      string
+		oauthRedirectURL                  string
+		oauthCallbackAddr                 string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized by the API server.")
@@ -69,6 +73,9 @@ func main() {
 	flag.BoolVar(&traceContent, "trace-content", false, "Record prompts, tool arguments and tool outputs (Secret values redacted) in trace spans; traces are on when the OTEL_* environment configures an OTLP exporter.")
 	flag.StringVar(&auditSinkURL, "audit-sink-url", "", "http(s) URL that receives the audit trail of every PendingRequest as CloudEvents (docs/audit.md), at least once; each request keeps the finalizer "+toolnexusv1alpha1.AuditFinalizer+" until its events are delivered. Empty sends none.")
 	opts := zap.Options{}
+	flag.StringVar(&oauthRedirectURL, "oauth-redirect-url", "", "Public URL of the OAuth login callback (ending in "+login.CallbackPath+
+		"), registered as a redirect URI of the clients tools name in auth.oauth; empty: tools can use logins kept already and cannot begin one.")
+	flag.StringVar(&oauthCallbackAddr, "oauth-callback-bind-address", "", "Address the OAuth login callback is served on (e.g. :8082); empty serves none.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
@@ -84,6 +91,10 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("Memory budget of the steps in flight", "MiB", inflightBytes>>20, "from", from)
+	if err := checkRedirectURL(oauthRedirectURL); err != nil {
+		log.Error(err, "Invalid OAuth flags")
+		os.Exit(1)
+	}
 	httpClient, err := guardedHTTPClient(denyCIDRs, allowCIDRs, maxResponseMiB, maxInflight)
 	if err != nil {
 		log.Error(err, "Invalid network guard flags")
@@ -142,6 +153,8 @@ func main() {
 		MaxInflightPerNamespace: maxInflightPerNS,
 		MaxInflightBytes:        inflightBytes,
 		AuditSinkURL:            auditSinkURL,
+		OAuthRedirectURL:        oauthRedirectURL,
+		OAuthCallbackAddr:       oauthCallbackAddr,
 	}); err != nil {
 		log.Error(err, "Unable to set up the controllers")
 		os.Exit(1)
@@ -168,6 +181,20 @@ func main() {
 		log.Error(err, "The manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// checkRedirectURL checks --oauth-redirect-url: an absolute http(s) URL ending in the callback's
+// path, without query or fragment (RFC 6749 §3.1.2).
+func checkRedirectURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" ||
+		!strings.HasSuffix(u.Path, login.CallbackPath) {
+		return fmt.Errorf("--oauth-redirect-url %q: want an absolute http(s) URL whose path ends in %s, without query or fragment", s, login.CallbackPath)
+	}
+	return nil
 }
 
 // guardedHTTPClient is the client for model, HTTP tool, MCP and notification traffic, built from

@@ -1,29 +1,36 @@
 // Package controller wires the operator's controllers, one room each: agentrun (runs the
 // AgentRuns step by step), notifier (tells people about PendingRequests), approval (answers a
 // request whose approvers' entries decided it), auditor (delivers the audit trail), policy (says
-// whether an ApprovalPolicy can be applied, and keeps them compiled for the call path) and agent
-// (says whether an Agent can run). They share the executor that does model, tool and notification I/O, the
+// whether an ApprovalPolicy can be applied, and keeps them compiled for the call path), login
+// (completes the logins of tools with auth.oauth and keeps their tokens) and agent (says whether
+// an Agent can run). They share the executor that does model, tool and notification I/O, the
 // network guard, the metrics and the bounds. Its envtest suite drives them together.
 package controller
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/controller/agent"
 	"github.com/toolnexus/operator/internal/controller/agentrun"
 	"github.com/toolnexus/operator/internal/controller/approval"
 	"github.com/toolnexus/operator/internal/controller/auditor"
+	"github.com/toolnexus/operator/internal/controller/login"
 	"github.com/toolnexus/operator/internal/controller/metrics"
 	"github.com/toolnexus/operator/internal/controller/notifier"
 	"github.com/toolnexus/operator/internal/controller/policy"
 	"github.com/toolnexus/operator/internal/executor"
+	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/netguard"
 	"github.com/toolnexus/operator/internal/notify"
+	"github.com/toolnexus/operator/internal/oauth"
 	"github.com/toolnexus/operator/internal/telemetry"
 )
 
@@ -61,6 +68,10 @@ type Options struct {
 	// AuditSinkURL is where the audit trail of every PendingRequest goes (--audit-sink-url);
 	// empty delivers none.
 	AuditSinkURL string
+	// OAuthRedirectURL is the public URL of the login callback (--oauth-redirect-url), and
+	// OAuthCallbackAddr where the manager serves it (--oauth-callback-bind-address); without a
+	// redirect URL a tool with auth.oauth can use a login kept already, and cannot begin one.
+	OAuthRedirectURL, OAuthCallbackAddr string
 }
 
 // Setup registers every controller of the operator with mgr, and the executor they share (run by
@@ -90,6 +101,24 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := policies.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	// Logins the operator completes itself (SPEC.md section 12), kept in the manager's namespace.
+	store := &login.SecretStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.ManagerNamespace}
+	logins := &oauth.Host{Store: store, HTTPClient: o.HTTPClient, RedirectURL: o.OAuthRedirectURL,
+		ClientSecret: func(ctx context.Context, ref oauth.SecretRef) (string, error) {
+			return kube.ReadSecretKey(ctx, mgr.GetAPIReader(), o.RequireSecretLabel, ref.Namespace,
+				toolnexusv1alpha1.SecretKeyReference{Name: ref.Name, Key: ref.Key}, "auth.oauth.clientSecretRef")
+		}}
+	if o.OAuthCallbackAddr != "" {
+		callback := &login.Callback{Host: logins, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			Log: mgr.GetLogger().WithName("oauth-callback")}
+		if err := mgr.Add(&login.Server{Addr: o.OAuthCallbackAddr, Callback: callback}); err != nil {
+			return err
+		}
+	}
+	if err := mgr.Add(&login.Sweep{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.ManagerNamespace,
+		Interval: 10 * time.Minute, Log: mgr.GetLogger().WithName("oauth-sweep")}); err != nil {
+		return err
+	}
 	if err := (&agentrun.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: o.Clock, Metrics: m, Executor: exec,
@@ -102,6 +131,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		RequireSecretLabel:      o.RequireSecretLabel,
 		Audit:                   o.AuditSinkURL != "",
 		Policies:                policies,
+		Logins:                  logins,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

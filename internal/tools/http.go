@@ -51,6 +51,8 @@ type HTTPToolSpec struct {
 	Client *http.Client
 	// MaxOutputBytes defaults to DefaultMaxOutputBytes.
 	MaxOutputBytes int
+	// OAuth, when set, signs the requests in (OAuth): a 401 begins a login the call parks on.
+	OAuth OAuth
 }
 
 var placeholderPattern = regexp.MustCompile(`\{([^{}/?&#]+)\}`)
@@ -119,25 +121,39 @@ func (h *httpTool) execute(ctx context.Context, args map[string]any, tc *ToolCon
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.spec.Timeout)
 	defer cancel()
+	target, _, err := fillURL(h.spec.URL, args)
+	if err != nil {
+		return h.failure(err.Error()), nil
+	}
+	return callSignedIn(ctx, h.spec.OAuth, target, h.failure, func(ctx context.Context, token string, seen *challenges) ToolResult {
+		return h.send(ctx, args, tc, hdrs.authorized(token), seen)
+	}), nil
+}
+
+// send makes one request with hdrs and interprets its response; a 401 is recorded in seen.
+func (h *httpTool) send(ctx context.Context, args map[string]any, tc *ToolContext, hdrs resolvedHeaders, seen *challenges) ToolResult {
 	req, err := h.newRequest(ctx, args, tc, hdrs.header)
 	if err != nil {
-		return h.failure(hdrs.redact(err.Error())), nil
+		return h.failure(hdrs.redact(err.Error()))
 	}
 	resp, err := h.spec.Client.Do(req)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return h.failure(hdrs.redact(fmt.Sprintf("no response from %s within %s", req.URL.Redacted(), h.spec.Timeout))), nil
+			return h.failure(hdrs.redact(fmt.Sprintf("no response from %s within %s", req.URL.Redacted(), h.spec.Timeout)))
 		}
-		return h.failure(hdrs.redact(err.Error())), nil
+		return h.failure(hdrs.redact(err.Error()))
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode == http.StatusUnauthorized {
+		seen.add(resp.Header)
+	}
 	body, truncated, err := readCapped(resp.Body, h.spec.MaxOutputBytes)
 	if err != nil {
-		return h.failure(hdrs.redact(fmt.Sprintf("reading the response of %s: %v", req.URL.Redacted(), err))), nil
+		return h.failure(hdrs.redact(fmt.Sprintf("reading the response of %s: %v", req.URL.Redacted(), err)))
 	}
 	// Redacting before interpretation covers every field a suspension is built from as well.
 	text := hdrs.redact(string(body))
-	return interpretHTTP(resp.StatusCode, text, truncated, resp.ContentLength, h.spec.MaxOutputBytes), nil
+	return interpretHTTP(resp.StatusCode, text, truncated, resp.ContentLength, h.spec.MaxOutputBytes)
 }
 
 func (h *httpTool) failure(msg string) ToolResult {
@@ -180,8 +196,9 @@ func (h *httpTool) newRequest(ctx context.Context, args map[string]any, tc *Tool
 		req.Header.Set(IdempotencyKeyHeader, tc.IdempotencyKey)
 	}
 	// The header answers the tool's own suspension. A gate's approval is not one: the tool runs for
-	// the first time, and must not mistake the approval for, say, a completed login.
-	if tc.Answer != nil && !strings.HasPrefix(tc.Answer.ID, ApprovalIDPrefix) {
+	// the first time, and must not mistake the approval for, say, a completed login. Nor is the
+	// operator's own login: the endpoint asked for none.
+	if tc.Answer != nil && !strings.HasPrefix(tc.Answer.ID, ApprovalIDPrefix) && !strings.HasPrefix(tc.Answer.ID, LoginIDPrefix) {
 		raw, err := json.Marshal(tc.Answer)
 		if err != nil {
 			return nil, fmt.Errorf("answer is not JSON: %w", err)
@@ -337,4 +354,14 @@ func scalarString(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(raw)
+}
+
+// URLBase is the part of an HTTP tool's URL template every call's URL starts with: up to its first
+// placeholder, without query or fragment. A login's token goes only to URLs under it.
+func URLBase(template string) string {
+	base := template
+	if i := strings.IndexAny(base, "{?#"); i >= 0 {
+		base = base[:i]
+	}
+	return base
 }

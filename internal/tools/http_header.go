@@ -50,6 +50,17 @@ func resolveHeaders(ctx context.Context, hs []Header) (resolvedHeaders, error) {
 	return out, nil
 }
 
+// authorized returns r with "Authorization: Bearer <token>" for one request, the token redacted
+// like a header value; an empty token adds nothing.
+func (r resolvedHeaders) authorized(token string) resolvedHeaders {
+	if token == "" {
+		return r
+	}
+	out := resolvedHeaders{header: r.header.Clone(), secrets: append(r.secrets[:len(r.secrets):len(r.secrets)], token)}
+	out.header.Set("Authorization", "Bearer "+token)
+	return out
+}
+
 // redact replaces every header value in s, so a server that echoes request headers (or an error
 // that quotes them) cannot leak a secret into the transcript.
 func (r resolvedHeaders) redact(s string) string {

@@ -35,6 +35,9 @@ type MCPServerSpec struct {
 	HTTPClient *http.Client
 	// MaxOutputBytes caps a tool's output; it defaults to DefaultMaxOutputBytes.
 	MaxOutputBytes int
+	// OAuth, when set, signs the sessions in (OAuth). Listing the tools without a login fails
+	// with a *LoginRequiredError; SignInTools stand in for them until someone signs in.
+	OAuth OAuth
 }
 
 // MCPServer is a connected MCP server: the tools it offered when it was listed.
@@ -55,6 +58,28 @@ type MCPServer struct {
 // session. An error means the server is unusable; the caller reports it (as a condition) and
 // carries on without the server's tools.
 func ConnectMCP(ctx context.Context, spec MCPServerSpec) (*MCPServer, error) {
+	s, err := newMCPServer(spec)
+	if err != nil {
+		return nil, err
+	}
+	var listErr error
+	_, _, refused, err := signedIn(ctx, s.spec.OAuth, s.spec.URL, func(ctx context.Context, token string, seen *challenges) ToolResult {
+		listErr = s.list(withLogin(ctx, token, seen))
+		return ToolResult{}
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("mcp server %s: %w", s.spec.Name, err)
+	case refused:
+		return nil, &LoginRequiredError{Server: s.spec.Name}
+	case listErr != nil:
+		return nil, listErr
+	}
+	return s, nil
+}
+
+// newMCPServer checks spec and fills in its defaults.
+func newMCPServer(spec MCPServerSpec) (*MCPServer, error) {
 	if spec.Name == "" {
 		return nil, errors.New("mcp server: name is empty")
 	}
@@ -68,34 +93,46 @@ func ConnectMCP(ctx context.Context, spec MCPServerSpec) (*MCPServer, error) {
 	if spec.MaxOutputBytes <= 0 {
 		spec.MaxOutputBytes = DefaultMaxOutputBytes
 	}
-	s := &MCPServer{spec: spec}
+	return &MCPServer{spec: spec}, nil
+}
+
+// LoginRequiredError says an MCP server signed in with OAuth offers its tools only after a login.
+type LoginRequiredError struct{ Server string }
+
+func (e *LoginRequiredError) Error() string {
+	return fmt.Sprintf("mcp server %s: its tools are offered once someone signs in (auth.oauth)", e.Server)
+}
+
+// list lists the server's tools, following pagination.
+func (s *MCPServer) list(ctx context.Context) error {
+	s.tools, s.missing = nil, nil
 	// The listing session advertises elicitation like a call session does: servers may offer
 	// tools only to clients that can answer their elicitations. Nothing elicits while listing.
 	session, err := s.open(ctx, func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 		return &mcp.ElicitResult{Action: "cancel"}, nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer closeSession(session.ClientSession)
-	listCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	listCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
 	defer cancel()
 	seen := map[string]bool{}
 	for t, err := range session.Tools(listCtx, nil) {
 		if err != nil {
-			return nil, fmt.Errorf("mcp server %s: listing tools: %s", spec.Name, session.explain(err))
+			return fmt.Errorf("mcp server %s: listing tools: %s", s.spec.Name, session.explain(err))
 		}
 		seen[t.Name] = true
-		if len(spec.AllowTools) == 0 || slices.Contains(spec.AllowTools, t.Name) {
+		if len(s.spec.AllowTools) == 0 || slices.Contains(s.spec.AllowTools, t.Name) {
 			s.tools = append(s.tools, s.tool(t))
 		}
 	}
-	for _, name := range spec.AllowTools {
+	for _, name := range s.spec.AllowTools {
 		if !seen[name] {
 			s.missing = append(s.missing, name)
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // Tools are the server's tools, named Sanitize(server)+"_"+Sanitize(tool).
@@ -118,9 +155,31 @@ func (s *MCPServer) tool(t *mcp.Tool) Tool {
 		URL:         s.spec.URL,
 		Remote:      name,
 		Execute: func(ctx context.Context, args map[string]any, tc *ToolContext) (ToolResult, error) {
-			return s.call(ctx, name, args, tc), nil
+			return s.signedCall(ctx, name, args, tc), nil
 		},
 	}
+}
+
+// signedCall is call signed in with the server's login, when it has one.
+func (s *MCPServer) signedCall(ctx context.Context, name string, args map[string]any, tc *ToolContext) ToolResult {
+	fail := func(msg string) ToolResult {
+		return ToolResult{Output: fmt.Sprintf("MCP server %s: tool %s: %s", s.spec.Name, name, msg), IsError: true}
+	}
+	return callSignedIn(ctx, s.spec.OAuth, s.spec.URL, fail, func(ctx context.Context, token string, seen *challenges) ToolResult {
+		return s.call(withLogin(ctx, token, seen), name, args, tc)
+	})
+}
+
+// loginKey carries the login a session is signed in with, so every path that opens one carries it.
+type loginKey struct{}
+
+type login struct {
+	token string
+	seen  *challenges
+}
+
+func withLogin(ctx context.Context, token string, seen *challenges) context.Context {
+	return context.WithValue(ctx, loginKey{}, login{token: token, seen: seen})
 }
 
 // mcpSession is an open session, and what its errors are explained with.
@@ -152,7 +211,12 @@ func (s *MCPServer) open(ctx context.Context, elicit func(context.Context, *mcp.
 		base = http.DefaultTransport
 	}
 	bodies := &bodyErrors{base: base}
-	httpClient.Transport = headerTransport{base: bodies, header: hdrs.header}
+	var signed http.RoundTripper = bodies
+	if l, ok := ctx.Value(loginKey{}).(login); ok {
+		signed = challengeTransport{base: bodies, seen: l.seen}
+		hdrs = hdrs.authorized(l.token)
+	}
+	httpClient.Transport = headerTransport{base: signed, header: hdrs.header}
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolnexus-operator", Version: "v1alpha1"}, &mcp.ClientOptions{
 		ElicitationHandler: elicit,
 		// Both modes are advertised: form elicitations become input requests and URL

@@ -34,6 +34,7 @@ import (
 	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
+	"github.com/toolnexus/operator/internal/oauth"
 	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/telemetry"
 )
@@ -103,6 +104,9 @@ type Reconciler struct {
 	Policies Policies
 	// Audit creates every PendingRequest with the audit finalizer (--audit-sink-url).
 	Audit bool
+	// Logins completes the logins of tools with auth.oauth and keeps their tokens; nil fails
+	// their calls saying so.
+	Logins *oauth.Host
 
 	// Executor runs the steps, bounded and fair across namespaces; the manager runs it while it
 	// leads.

@@ -20,6 +20,7 @@ import (
 	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/loop/state"
+	"github.com/toolnexus/operator/internal/oauth"
 	"github.com/toolnexus/operator/internal/runstore"
 	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/tools"
@@ -157,12 +158,49 @@ func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRu
 		},
 		HTTPClient: r.HTTPClient, IdempotencyPrefix: string(run.UID), OnEvent: observe, Clock: r.Clock.Now,
 		Tracer: r.Tracing.Loop(trace), MaxToolCallsPerTurn: r.MaxToolCallsPerTurn,
-		Policies: r.policyGates(run),
+		Policies: r.policyGates(run), OAuth: r.signIn(run),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &stepper{Built: built, trace: trace}, nil
+}
+
+// signIn gives each tool of run with auth.oauth its login, kept for the spec's token scope.
+func (r *Reconciler) signIn(run *toolnexusv1alpha1.AgentRun) func(toolnexusv1alpha1.OAuthSpec, string, string) tools.OAuth {
+	if r.Logins == nil {
+		return func(_ toolnexusv1alpha1.OAuthSpec, _, what string) tools.OAuth {
+			return oauth.Unusable(what + ".auth.oauth: this manager completes no logins (it was started without the login store)")
+		}
+	}
+	ref := oauth.Run{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}
+	return func(spec toolnexusv1alpha1.OAuthSpec, base, what string) tools.OAuth {
+		scope := spec.TokenScope
+		if scope == "" {
+			scope = toolnexusv1alpha1.TokenScopeRequester
+		}
+		var subject string
+		switch scope {
+		case toolnexusv1alpha1.TokenScopeRequester:
+			if subject = run.Spec.RequestedBy; subject == "" {
+				return oauth.Unusable(what + ".auth.oauth: tokenScope Requester keeps a login per requester, and this run does not say who created it " +
+					"(spec.requestedBy is empty: config/policies is not installed, or the run predates it); use tokenScope Run")
+			}
+		case toolnexusv1alpha1.TokenScopeAgent:
+			if run.Spec.AgentRef == nil {
+				return oauth.Unusable(what + ".auth.oauth: tokenScope Agent keeps a login per Agent, and this run names none (spec.agentRef)")
+			}
+			subject = run.Spec.AgentRef.Name
+		case toolnexusv1alpha1.TokenScopeRun:
+			subject = string(run.UID)
+		}
+		client := oauth.Client{ID: spec.ClientID, Scopes: spec.Scopes}
+		if ref := spec.ClientSecretRef; ref != nil {
+			client.Secret = &oauth.SecretRef{Namespace: run.Namespace, Name: ref.Name, Key: ref.Key}
+		}
+		key := oauth.Key{Namespace: run.Namespace, Scope: string(scope), Subject: subject, ClientID: spec.ClientID, Base: base}
+		return r.Logins.For(key, client, ref, what)
+	}
 }
 
 // policyGates asks the platform's policies about each call of run, at call time, so a policy

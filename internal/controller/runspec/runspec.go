@@ -57,6 +57,10 @@ type Env struct {
 	// Policies returns the gates the platform's ApprovalPolicies raise over a call, in the order
 	// they are asked; nil raises none (an Agent's validation).
 	Policies func(ctx context.Context, call PolicyCall) ([]PolicyGate, error)
+	// OAuth signs in the tool or MCP server named by what, whose requests go to URLs under base
+	// (an MCP server's URL; an HTTP tool's up to its first placeholder), with spec; nil signs
+	// nothing in (an Agent's validation).
+	OAuth func(spec toolnexusv1alpha1.OAuthSpec, base, what string) tools.OAuth
 }
 
 // PolicyCall is a tool call as the platform's policies are asked about it.
@@ -109,6 +113,12 @@ func Build(spec *toolnexusv1alpha1.AgentSpec, env Env) (*Built, error) {
 		}
 		return out
 	}
+	signIn := func(auth *toolnexusv1alpha1.ToolAuth, base, what string) tools.OAuth {
+		if auth == nil || auth.OAuth == nil || env.OAuth == nil {
+			return nil
+		}
+		return env.OAuth(*auth.OAuth, base, what)
+	}
 	b := &Built{}
 	for i, t := range spec.Tools {
 		if t.HTTP == nil {
@@ -119,6 +129,7 @@ func Build(spec *toolnexusv1alpha1.AgentSpec, env Env) (*Built, error) {
 			URL: t.HTTP.URL, Method: string(t.HTTP.Method), Timeout: durationOr(t.HTTP.Timeout, 0),
 			Headers: headers(t.HTTP.Headers, fmt.Sprintf("spec.tools[%d].http.headers", i)),
 			Client:  env.HTTPClient,
+			OAuth:   signIn(t.HTTP.Auth, tools.URLBase(t.HTTP.URL), fmt.Sprintf("spec.tools[%d]", i)),
 		})
 		if err != nil {
 			return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: %w", i, err))
@@ -130,6 +141,7 @@ func Build(spec *toolnexusv1alpha1.AgentSpec, env Env) (*Built, error) {
 			Name: s.Name, URL: s.URL, AllowTools: s.Tools, Timeout: durationOr(s.Timeout, 0),
 			Headers:    headers(s.Headers, fmt.Sprintf("spec.mcpServers[%d].headers", i)),
 			HTTPClient: env.HTTPClient,
+			OAuth:      signIn(s.Auth, s.URL, fmt.Sprintf("spec.mcpServers[%d]", i)),
 		})
 	}
 	for _, builtin := range spec.Builtins {
@@ -166,6 +178,14 @@ func (b *Built) Toolkit(ctx context.Context) (tk *tools.Toolkit, mcpFailures []s
 	failed := map[string]error{}
 	for _, spec := range b.MCP {
 		server, err := tools.ConnectMCP(ctx, spec)
+		if login := (*tools.LoginRequiredError)(nil); errors.As(err, &login) {
+			standIns, err := tools.SignInTools(spec)
+			if err != nil {
+				return nil, mcpFailures, invalid(toolnexusv1alpha1.ReasonInvalidTool, err)
+			}
+			all = append(all, standIns...)
+			continue
+		}
 		if err != nil {
 			mcpFailures = append(mcpFailures, fmt.Sprintf("%s: %v", spec.Name, err))
 			failed[spec.Name] = err
