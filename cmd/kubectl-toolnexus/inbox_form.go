@@ -239,6 +239,8 @@ func questionAnswers(qs []tools.Question, form url.Values) (map[string]any, erro
 type requestData struct {
 	Schema    json.RawMessage  `json:"schema"`
 	Questions []tools.Question `json:"questions"`
+	// TokenScope says whose a login the operator completes becomes (SPEC §12).
+	TokenScope string `json:"tokenScope"`
 }
 
 func dataOf(pr *toolnexusv1alpha1.PendingRequest) requestData {

@@ -107,6 +107,10 @@ type requestView struct {
 	Answer     string
 	AnsweredBy string
 	AnsweredAt string
+	// Login is set for a login the operator completes itself once the person signs in (SPEC
+	// §12), and SignedIn once it did.
+	Login, SignedIn bool
+	LoginScope      string
 
 	// Quorum is set for a request that needs several approvals: Progress says how far it is,
 	// Entries are the approvers' entries, Mine the user's own, said in a sentence.
@@ -143,6 +147,8 @@ func (in *inbox) requestView(ctx context.Context, key client.ObjectKey, errMsg s
 	if d := pr.Spec.Request.Data; d != nil && len(d.Raw) > 0 && string(d.Raw) != "{}" {
 		v.Data = notify.Printable(prettyJSON(string(d.Raw), ""))
 	}
+	v.Login = pr.Spec.Request.Kind == tools.KindAuthorization && strings.HasPrefix(pr.Spec.Request.ID, tools.LoginIDPrefix)
+	v.SignedIn = v.Login && pr.Status.AnsweredBy == toolnexusv1alpha1.OAuthAnswerer && pr.Status.Answer != nil && pr.Status.Answer.OK
 	if a := pr.Status.Answer; a != nil {
 		v.Answer, v.AnsweredBy = notify.PrintableLine(describeAnswer(a)), notify.PrintableLine(orUnknown(pr.Status.AnsweredBy))
 		if pr.Status.AnsweredAt != nil {
@@ -150,6 +156,9 @@ func (in *inbox) requestView(ctx context.Context, key client.ObjectKey, errMsg s
 		}
 	}
 	data := dataOf(pr)
+	if v.Login {
+		v.LoginScope = notify.PrintableLine(data.TokenScope)
+	}
 	if len(data.Schema) > 0 {
 		var err error
 		if v.Fields, err = formFields(data.Schema); err != nil {

@@ -35,6 +35,9 @@ type Message struct {
 	Namespace, Name, UID, Run string
 	// Kind, Prompt and URL are the request's (URL only for authorization).
 	Kind, Prompt, URL string
+	// Login says the request is a login the operator completes itself once someone signs in at
+	// URL (SPEC §12): nobody answers it but to decline.
+	Login bool
 	// Users and Groups may answer; both empty means whoever RBAC lets.
 	Users, Groups []string
 	// Tool and Arguments are the suspended call.

@@ -59,6 +59,9 @@ func Slack(m Message) ([]byte, error) {
 			verdict = "answered"
 		}
 		headline = fmt.Sprintf("Request %s of run %s was %s by %s", m.Name, where, verdict, decidedBy(m))
+		if m.Login && m.Answer != nil && m.Answer.OK {
+			headline = fmt.Sprintf("Sign-in for request %s of run %s completed; the run goes on", m.Name, where)
+		}
 	case Expired:
 		headline = fmt.Sprintf("Request %s of run %s expired unanswered", m.Name, where)
 	case Escalated:
@@ -81,15 +84,18 @@ func Slack(m Message) ([]byte, error) {
 	if m.Prompt != "" {
 		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn("*Prompt*\n" + codeBlock(m.Prompt, slackPromptLimit)))})
 	}
-	if m.URL != "" {
+	if m.URL != "" && !(m.Login && m.Event == Answered) {
 		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn("*Sign in at*\n" + link(m.URL)))})
 	}
 	blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn(
 		"*Tool call* " + codeSpan(m.Tool) + "\n" + codeBlock(m.Arguments, slackArgumentsLimit)))})
 	if m.Event == Opened || m.Event == Escalated {
 		commands := Commands(m.Kind, m.Namespace, m.Name, m.UID)
-		if m.Quorum() {
+		switch {
+		case m.Quorum():
 			commands = QuorumCommands(m.Namespace, m.Name, m.UID)
+		case m.Login:
+			commands = commands[len(commands)-1:] // signing in answers it; declining is all that is left
 		}
 		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn(
 			"*Answer with*\n```" + strings.Join(commands, "\n") + "```"))})

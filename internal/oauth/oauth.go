@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -47,7 +48,9 @@ type Key struct {
 
 // ID is the key's name in the Store: a digest, since a subject or a URL may hold any character.
 func (k Key) ID() string {
-	sum := sha256.Sum256([]byte(strings.Join([]string{k.Namespace, k.Scope, k.Subject, k.ClientID, k.Base}, "\x00")))
+	// JSON keeps the fields apart whatever characters they hold.
+	raw, _ := json.Marshal([]string{k.Namespace, k.Scope, k.Subject, k.ClientID, k.Base})
+	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:20])
 }
 
@@ -239,7 +242,8 @@ func (s *signer) Login(ctx context.Context, target string, challenges []string) 
 		return tools.Request{}, err
 	}
 	link := cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(l.Verifier), oauth2.SetAuthURLParam("resource", ep.Resource))
-	data := map[string]any{"issuer": ep.Issuer, "resource": ep.Resource}
+	// Whose login it becomes is shown, since it is whoever signs in at the issuer.
+	data := map[string]any{"issuer": ep.Issuer, "resource": ep.Resource, "tokenScope": s.scopeText()}
 	if len(scopes) > 0 {
 		data["scopes"] = strings.Join(scopes, " ")
 	}
@@ -248,6 +252,15 @@ func (s *signer) Login(ctx context.Context, target string, challenges []string) 
 		Prompt: fmt.Sprintf("Sign in at %s so that %s can reach %s as you. The run goes on by itself once you have signed in.",
 			hostOf(ep.Issuer), s.what, ep.Resource),
 	}, nil
+}
+
+// scopeText says whose the login is: "Requester alice", "Agent triage", "Run" (a run's uid says
+// nothing to a person).
+func (s *signer) scopeText() string {
+	if s.key.Scope == "Run" {
+		return "Run " + s.run.Name
+	}
+	return clip.Bytes(s.key.Scope+" "+s.key.Subject, 300)
 }
 
 func loginID(state string) string {

@@ -32,6 +32,7 @@ import (
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/notify"
+	"github.com/toolnexus/operator/internal/tools"
 )
 
 // EventNotificationFailed marks a sink given up on, on the PendingRequest.
@@ -336,6 +337,7 @@ func messageOf(preq *toolnexusv1alpha1.PendingRequest, d delivery) notify.Messag
 		Event: notify.Event(strings.ToLower(string(ev))), Namespace: preq.Namespace, Name: preq.Name,
 		UID: string(preq.UID), Run: preq.Spec.RunRef.Name, Kind: rq.Kind, Prompt: rq.Prompt, URL: rq.URL,
 		Tool: preq.Spec.ToolCall.Name, Arguments: preq.Spec.ToolCall.Arguments, Time: preq.CreationTimestamp.Time,
+		Login: rq.Kind == tools.KindAuthorization && strings.HasPrefix(rq.ID, tools.LoginIDPrefix),
 	}
 	if p := preq.Spec.Policy; p != nil {
 		m.Policy = p.Name
