@@ -70,7 +70,7 @@ func discover(ctx context.Context, t *testing.T, res *oauthtest.Resource, client
 	return oauth2.Config{
 		ClientID: clientID, ClientSecret: secret, RedirectURL: redirect,
 		Endpoint: oauth2.Endpoint{AuthURL: asm.AuthorizationEndpoint, TokenURL: asm.TokenEndpoint, AuthStyle: style},
-		Scopes:   []string{"openid", "offline_access"},
+		Scopes:   append([]string{"openid", "offline_access"}, prm.ScopesSupported...),
 	}, asm
 }
 
@@ -184,6 +184,21 @@ func TestPublicClientLoginReachesTheMCPServer(t *testing.T) {
 		t.Errorf("the MCP server saw %+v", last)
 	}
 
+	// RFC 7009: the public client revokes its refresh token itself.
+	resp, err := http.PostForm(as.RevocationEndpoint(), url.Values{
+		"token": {tok.RefreshToken}, "token_type_hint": {"refresh_token"}, "client_id": {as.ClientID},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("revocation answered %d", resp.StatusCode)
+	}
+	if _, err := conf.TokenSource(ctx, &oauth2.Token{RefreshToken: tok.RefreshToken}).Token(); !isInvalidGrant(err) {
+		t.Errorf("a refresh token revoked at the revocation endpoint: %v, want invalid_grant", err)
+	}
+
 	// The same token is not the HTTP tool's: refused, and the refusal names the tool's metadata.
 	unauthorized := httpRes.Unauthorized()
 	status, body, header := whoamiHTTP(t, httpRes, tok.AccessToken)
@@ -213,7 +228,7 @@ func TestConfidentialClientRefreshAndRevocation(t *testing.T) {
 	if as.Secret == "" {
 		t.Fatal("a confidential client without a secret")
 	}
-	httpRes := oauthtest.StartHTTPResource(t, as, oauthtest.ResourceOptions{Path: "/tools/whoami"})
+	httpRes := oauthtest.StartHTTPResource(t, as, oauthtest.ResourceOptions{Path: "/tools/whoami", Scopes: []string{"tools.call"}})
 	conf, asm := discover(ctx, t, httpRes, as.ClientID, as.Secret, redirect)
 	if asm.AuthorizationResponseIssParameterSupported {
 		t.Error("a server that sends no iss claims authorization_response_iss_parameter_supported")
@@ -256,7 +271,8 @@ func TestConfidentialClientRefreshAndRevocation(t *testing.T) {
 	if status, body, _ := whoamiHTTP(t, httpRes, refreshed.AccessToken); status != http.StatusOK || !strings.Contains(body, `"bob"`) {
 		t.Fatalf("the refreshed token got %d %q", status, body)
 	}
-	if seen := httpRes.Tokens(); len(seen) != 2 || !slices.Contains(seen[1].Audience, httpRes.URL) || seen[1].Subject != "bob" {
+	if seen := httpRes.Tokens(); len(seen) != 2 || !slices.Contains(seen[1].Audience, httpRes.URL) || seen[1].Subject != "bob" ||
+		!slices.Contains(seen[1].Scopes, "tools.call") {
 		t.Errorf("the HTTP tool accepted %+v", seen)
 	}
 	// A spent refresh token is refused.
@@ -371,5 +387,27 @@ func TestLoginWithAWrongPassword(t *testing.T) {
 	}
 	if as.Grants(oidc.GrantTypeCode) != (oauthtest.GrantCount{}) {
 		t.Error("a token request without a sign-in")
+	}
+}
+
+// A resource's metadata can point at other authorization servers, and names its scopes.
+func TestResourceMetadataOptions(t *testing.T) {
+	as := oauthtest.StartAuthServer(t, oauthtest.AuthServerOptions{})
+	elsewhere := []string{"http://169.254.169.254"}
+	res := oauthtest.StartMCPResource(t, as, oauthtest.ResourceOptions{AuthorizationServers: elsewhere, Scopes: []string{"repo"}})
+	resp, err := http.Get(res.MetadataURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var prm oauthex.ProtectedResourceMetadata
+	if err := json.NewDecoder(resp.Body).Decode(&prm); err != nil {
+		t.Fatal(err)
+	}
+	if prm.Resource != res.URL || !slices.Equal(prm.AuthorizationServers, elsewhere) || !slices.Equal(prm.ScopesSupported, []string{"repo"}) {
+		t.Errorf("metadata %+v", prm)
+	}
+	if !strings.HasPrefix(res.MetadataURL, strings.TrimSuffix(res.URL, "/mcp")+"/.well-known/oauth-protected-resource/mcp") {
+		t.Errorf("metadata URL %s is not RFC 9728's for %s", res.MetadataURL, res.URL)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +36,11 @@ type storage struct {
 	refresh  map[string]*refreshToken
 }
 
-var _ op.Storage = (*storage)(nil)
+var (
+	_ op.Storage                        = (*storage)(nil)
+	_ op.CanGetPrivateClaimsFromRequest = (*storage)(nil)
+	_ op.CanSetUserinfoFromRequest      = (*storage)(nil)
+)
 
 func newStorage(opts AuthServerOptions, as *AuthServer) (*storage, error) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -227,11 +232,9 @@ func (s *storage) TerminateSession(_ context.Context, userID, _ string) error {
 }
 
 // RevokeToken serves the revocation endpoint (RFC 7009): a refresh token is forgotten; an access
-// token is a JWT the server cannot take back, which RFC 7009 allows.
-func (s *storage) RevokeToken(_ context.Context, token, userID, clientID string) *oidc.Error {
-	if userID != "" {
-		return nil
-	}
+// token is a JWT the server cannot take back, which RFC 7009 allows. op has looked the refresh
+// token up with GetRefreshTokenInfo, whose token ID is the token itself.
+func (s *storage) RevokeToken(_ context.Context, token, _, clientID string) *oidc.Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rt, ok := s.refresh[token]; ok {
@@ -294,6 +297,12 @@ func (s *storage) SetUserinfoFromToken(_ context.Context, info *oidc.UserInfo, _
 
 func (s *storage) SetIntrospectionFromToken(context.Context, *oidc.IntrospectionResponse, string, string, string) error {
 	return errors.New("introspection is not offered: access tokens are JWTs, verified with the JWKS")
+}
+
+// GetPrivateClaimsFromRequest adds the scope claim (RFC 9068) to the JWT access token, which op
+// leaves out: a resource server checks the token's scopes from it.
+func (s *storage) GetPrivateClaimsFromRequest(_ context.Context, req op.TokenRequest, _ []string) (map[string]any, error) {
+	return map[string]any{"scope": strings.Join(req.GetScopes(), " ")}, nil
 }
 
 func (s *storage) GetPrivateClaimsFromScopes(context.Context, string, string, []string) (map[string]any, error) {
