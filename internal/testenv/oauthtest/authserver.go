@@ -34,12 +34,10 @@ import (
 	"github.com/toolnexus/operator/internal/testenv/fakehttp"
 )
 
-// T is what the harness needs of a test: *testing.T and Ginkgo's GinkgoT() both have it. What the
-// harness starts is stopped by t's cleanup.
-type T interface {
-	fakehttp.T
-	TempDir() string
-}
+// T is what the harness needs of a test, the fake servers' T: *testing.T and Ginkgo's GinkgoT()
+// both have it. What the harness starts is stopped by t's cleanup, so a suite starts it with the T
+// of its BeforeSuite and a plain test with its own.
+type T = fakehttp.T
 
 // IssMode says what the authorization response carries as RFC 9207's iss parameter.
 type IssMode int32
