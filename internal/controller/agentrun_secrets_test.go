@@ -67,59 +67,65 @@ var _ = Describe("Secrets", func() {
 		Expect(model.Requests()[0].Header.Get("Authorization")).To(Equal("Bearer " + leakedAPIKey))
 		Expect(ts.Calls()[0].Header.Get("Authorization")).To(Equal(leakedHeader))
 
-		var haystack []string
-		raw, err := json.Marshal(getRun(run))
-		Expect(err).NotTo(HaveOccurred())
-		haystack = append(haystack, string(raw))
-		for _, p := range requestsOf(run) {
-			raw, err := json.Marshal(p)
-			Expect(err).NotTo(HaveOccurred())
-			haystack = append(haystack, string(raw))
-		}
-		var events eventsv1.EventList
-		Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
-		Expect(events.Items).NotTo(BeEmpty())
-		for _, e := range events.Items {
-			haystack = append(haystack, e.Note, e.Reason)
-		}
-		var recs toolnexusv1alpha1.AgentRunRecordList
-		Expect(k8sClient.List(ctx, &recs, client.InNamespace(ns), client.MatchingLabels{toolnexusv1alpha1.RunLabel: "leaky"})).To(Succeed())
-		Expect(recs.Items).NotTo(BeEmpty())
-		for _, rec := range recs.Items {
-			zr, err := gzip.NewReader(bytes.NewReader(rec.Data))
-			Expect(err).NotTo(HaveOccurred())
-			transcript, err := io.ReadAll(zr)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(string(transcript)).To(ContainSubstring("you sent Authorization="), "the echo itself is kept, redacted")
-			haystack = append(haystack, string(transcript))
-		}
 		tid := telemetry.TraceID(string(getRun(run).UID))
 		Eventually(func() map[string][]tracetest.SpanStub { return spansOf(tid) }, eventually).Should(HaveKey("invoke_agent leaky"))
-		var spanText []string
-		for _, ss := range spansOf(tid) {
-			for _, s := range ss {
-				spanText = append(spanText, s.Status.Description)
-				for _, kv := range s.Attributes {
-					spanText = append(spanText, kv.Value.String())
-				}
-			}
-		}
-		Expect(spanText).To(ContainElement(ContainSubstring("you sent Authorization=")), "the spans recorded the tool's output")
-		haystack = append(haystack, spanText...)
-		logs := managerLog.String()
-		Expect(logs).To(ContainSubstring("leaky"), "the manager logged about this run")
-		for _, line := range strings.Split(logs, "\n") {
-			haystack = append(haystack, line)
-			if strings.Contains(line, `"body": "00000000  `) {
-				haystack = append(haystack, undump(line))
-			}
-		}
+		haystack := haystackOf(run)
+		Expect(haystack).To(ContainElement(ContainSubstring("you sent Authorization=")),
+			"the echo itself is kept, redacted, in the transcript and the spans")
+		Expect(managerLog.String()).To(ContainSubstring("leaky"), "the manager logged about this run")
 		for _, hay := range haystack {
 			Expect(strings.Contains(hay, leakedAPIKey)).To(BeFalse(), "the API key leaked into:\n%.2000s", hay)
 			Expect(strings.Contains(hay, leakedHeader)).To(BeFalse(), "the header secret leaked into:\n%.2000s", hay)
 		}
 	})
 })
+
+// haystackOf is everything a secret of run must never reach: the run and its requests as stored,
+// the events of its namespace, its record's transcript, its trace's spans so far (content on) and the
+// manager's log at full verbosity (client-go's hexdumps of bodies reassembled).
+func haystackOf(run *toolnexusv1alpha1.AgentRun) []string {
+	GinkgoHelper()
+	var haystack []string
+	raw, err := json.Marshal(getRun(run))
+	Expect(err).NotTo(HaveOccurred())
+	haystack = append(haystack, string(raw))
+	for _, p := range requestsOf(run) {
+		raw, err := json.Marshal(p)
+		Expect(err).NotTo(HaveOccurred())
+		haystack = append(haystack, string(raw))
+	}
+	var events eventsv1.EventList
+	Expect(k8sClient.List(ctx, &events, client.InNamespace(run.Namespace))).To(Succeed())
+	Expect(events.Items).NotTo(BeEmpty())
+	for _, e := range events.Items {
+		haystack = append(haystack, e.Note, e.Reason)
+	}
+	var recs toolnexusv1alpha1.AgentRunRecordList
+	Expect(k8sClient.List(ctx, &recs, client.InNamespace(run.Namespace), client.MatchingLabels{toolnexusv1alpha1.RunLabel: run.Name})).To(Succeed())
+	Expect(recs.Items).NotTo(BeEmpty())
+	for _, rec := range recs.Items {
+		zr, err := gzip.NewReader(bytes.NewReader(rec.Data))
+		Expect(err).NotTo(HaveOccurred())
+		transcript, err := io.ReadAll(zr)
+		Expect(err).NotTo(HaveOccurred())
+		haystack = append(haystack, string(transcript))
+	}
+	for _, ss := range spansOf(telemetry.TraceID(string(getRun(run).UID))) {
+		for _, s := range ss {
+			haystack = append(haystack, s.Status.Description)
+			for _, kv := range s.Attributes {
+				haystack = append(haystack, kv.Value.String())
+			}
+		}
+	}
+	for _, line := range strings.Split(managerLog.String(), "\n") {
+		haystack = append(haystack, line)
+		if strings.Contains(line, `"body": "00000000  `) {
+			haystack = append(haystack, undump(line))
+		}
+	}
+	return haystack
+}
 
 // hexRow is one row of the hexdumps client-go logs request and response bodies as, at high
 // verbosity: an offset, then up to 16 bytes in hex.

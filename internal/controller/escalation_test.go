@@ -72,9 +72,6 @@ var _ = Describe("Escalation", func() {
 	var ns string
 	BeforeEach(func() {
 		ns = newNamespace()
-		// Where a policy's sinks read their Secrets (the suite's manager runs "in" it).
-		err := k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.ManagerNamespace}})
-		Expect(client.IgnoreAlreadyExists(err)).To(Succeed())
 	})
 
 	It("tells each step's sinks once, in order, across a manager restart between the steps, reading a policy's Secrets in the manager's namespace", func() {

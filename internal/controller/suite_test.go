@@ -3,6 +3,7 @@ package controller_test
 import (
 	"bytes"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolnexus/operator/internal/controller"
+	"github.com/toolnexus/operator/internal/controller/login"
 	"github.com/toolnexus/operator/internal/notify"
 	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/testenv"
@@ -75,6 +79,10 @@ var _ = BeforeSuite(func() {
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, managerLog)), zap.UseDevMode(true), zap.Level(zapcore.Level(-10))))
 	testEnv = testenv.Start(GinkgoT(), testenv.Options{})
 	env, cfg, k8sClient, scheme = testEnv.Environment, testEnv.Config, testEnv.Client, testEnv.Scheme
+	// The manager "runs in" ManagerNamespace: a policy's sinks read their Secrets there, and the
+	// login store keeps its Secrets there.
+	Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.ManagerNamespace}})).To(Succeed())
+	callbackAddr = freeLoopbackAddr()
 	toolnexus = operator.New(GinkgoT(), cfg, func() controller.Options {
 		registry = prometheus.NewRegistry()
 		return controller.Options{
@@ -86,12 +94,27 @@ var _ = BeforeSuite(func() {
 			NotifyPolicy: notifyPolicy,
 			// A policy's sinks read their Secrets there, as in a cluster.
 			ManagerNamespace: testenv.ManagerNamespace,
+			// Logins complete on a fixed loopback port, registered at each test's authorization server.
+			OAuthRedirectURL: redirectURL(), OAuthCallbackAddr: callbackAddr,
 		}
 	})
 	startManager()
 })
 
 // startManager starts the operator's manager; it runs until stopManager is called.
+// callbackAddr is where the manager serves the OAuth login callback.
+var callbackAddr string
+
+func redirectURL() string { return "http://" + callbackAddr + login.CallbackPath }
+
+// freeLoopbackAddr is a loopback address with a port nothing listens on now.
+func freeLoopbackAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String()
+}
+
 func startManager() {
 	toolnexus.Start(GinkgoT())
 	managerDone = toolnexus.Done()

@@ -83,6 +83,8 @@ type Endpoints struct {
 	IssParameter bool `json:"issParameter,omitempty"`
 	// AuthStyle is how the token endpoint takes the client's credentials (oauth2.AuthStyle).
 	AuthStyle oauth2.AuthStyle `json:"authStyle"`
+	// Offline says the server lists the scope offline_access, which its refresh tokens need.
+	Offline bool `json:"offline,omitempty"`
 }
 
 // Login is a sign-in begun and not completed: what the callback needs to complete it.
@@ -228,6 +230,9 @@ func (s *signer) Login(ctx context.Context, target string, challenges []string) 
 	if len(s.client.Scopes) > 0 {
 		scopes = s.client.Scopes
 	}
+	if ep.Offline && !slices.Contains(scopes, "offline_access") {
+		scopes = append(slices.Clone(scopes), "offline_access") // a refresh token, so nobody signs in again soon
+	}
 	state := rand.Text() + rand.Text()
 	l := &Login{
 		ID: loginID(state), Key: s.key, Client: s.client, Endpoints: ep, Scopes: scopes,
@@ -319,12 +324,10 @@ func (h *Host) discover(ctx context.Context, target, base string, challenges []s
 	if len(scopes) == 0 {
 		scopes = prm.ScopesSupported
 	}
-	if slices.Contains(asm.ScopesSupported, "offline_access") && !slices.Contains(scopes, "offline_access") {
-		scopes = append(slices.Clone(scopes), "offline_access") // a refresh token, so nobody signs in again soon
-	}
 	return Endpoints{
 		Resource: prm.Resource, Issuer: asm.Issuer, AuthURL: asm.AuthorizationEndpoint, TokenURL: asm.TokenEndpoint,
 		IssParameter: asm.AuthorizationResponseIssParameterSupported, AuthStyle: authStyle(asm.TokenEndpointAuthMethodsSupported),
+		Offline:      slices.Contains(asm.ScopesSupported, "offline_access"),
 	}, scopes, nil
 }
 
@@ -374,7 +377,7 @@ func Under(target, resource string) bool {
 }
 
 // authStyle is how to send a confidential client's credentials, from the methods the token
-// endpoint supports.
+// endpoint supports. Never auto-detected: that sends a refused request twice.
 func authStyle(methods []string) oauth2.AuthStyle {
 	switch {
 	case slices.Contains(methods, "client_secret_basic"):
@@ -382,7 +385,7 @@ func authStyle(methods []string) oauth2.AuthStyle {
 	case slices.Contains(methods, "client_secret_post"):
 		return oauth2.AuthStyleInParams
 	}
-	return oauth2.AuthStyleAutoDetect
+	return oauth2.AuthStyleInHeader // RFC 6749 §2.3.1: what every server must take
 }
 
 // config is the oauth2 configuration of a login, its client secret read now.
