@@ -155,6 +155,9 @@ func (c *Client) recordTurn(st *State) {
 		st.Messages = append(st.Messages, Message{Role: RoleTool, ToolCallID: call.ID, Content: call.Result.Output, IsError: call.Result.IsError})
 		st.ToolCalls = append(st.ToolCalls, ToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments,
 			Output: call.Result.Output, IsError: call.Result.IsError, Turn: st.Turn})
+		if call.Wait != nil {
+			st.Abandoned = append(st.Abandoned, call.Wait.Wait)
+		}
 	}
 	st.ToolCallCount += len(st.Calls)
 	st.Calls = nil
@@ -194,8 +197,8 @@ type execution struct {
 	// polled is set when the execution looked at the work the call waits on, and abandoned when the
 	// call stops waiting on work that may still go on (its holder is told to stop it).
 	polled, abandoned bool
-	event   Event
-	err     error
+	event             Event
+	err               error
 }
 
 // runCalls executes every queued and answered call of the turn, at most Options.MaxParallelTools

@@ -31,6 +31,8 @@ const (
 
 	DefaultAuthPrompt = wire.DefaultAuthPrompt
 
+	WaitKindMCPTask = wire.WaitKindMCPTask
+
 	ResultsKey = wire.ResultsKey
 	OutputKey  = wire.OutputKey
 )

@@ -150,6 +150,12 @@ func Settle(st *State, end *StepEnd, seen []Seen, now time.Time, p Policy) Settl
 		out.Changed = true
 		out.Effects = append(out.Effects, Effect{Kind: EffectCancelStep})
 	}
+	for i := range st.Abandoned {
+		out.Effects = append(out.Effects, Effect{Kind: EffectCancelWait, Wait: &st.Abandoned[i], Message: "the call stopped waiting on it"})
+	}
+	if st.Abandoned != nil {
+		st.Abandoned, out.Changed = nil, true
+	}
 	if st.Ended() {
 		endWaits(st, "the run ended", &out)
 		out.WakeAt = time.Time{}

@@ -176,6 +176,9 @@ type State struct {
 	// ModelFailures counts consecutive transient model failures (ModelFailed); a model turn that
 	// succeeds resets it.
 	ModelFailures int `json:"modelFailures,omitempty"`
+	// Abandoned is external work calls of a recorded turn stopped waiting on while it may still go
+	// on: the host is told to stop it (Settle), then it is dropped.
+	Abandoned []wire.Wait `json:"abandoned,omitempty"`
 }
 
 // New starts a run with prompt as the first user turn.
@@ -296,6 +299,7 @@ func (st *State) Clone() *State {
 		}
 	}
 	c.ToolCalls = append([]ToolCall(nil), st.ToolCalls...)
+	c.Abandoned = append([]wire.Wait(nil), st.Abandoned...)
 	if st.Calls != nil {
 		c.Calls = make([]Call, len(st.Calls))
 		for i, call := range st.Calls {
