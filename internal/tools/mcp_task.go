@@ -141,7 +141,7 @@ func (r *taskRPC) call(ctx context.Context, method string, params map[string]any
 	if err != nil {
 		return nil, err
 	}
-	id, err := jsonrpc.MakeID(r.next.Add(1))
+	id, err := jsonrpc.MakeID(fmt.Sprintf("tn-%d", r.next.Add(1)))
 	if err != nil {
 		return nil, err
 	}
