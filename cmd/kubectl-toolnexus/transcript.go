@@ -102,6 +102,9 @@ func printTranscript(out io.Writer, run *toolnexusv1alpha1.AgentRun, st *state.S
 			if c.Request != nil {
 				fmt.Fprintf(&b, " (%s: %s)", c.Request.Kind, oneLine(c.Request.Prompt, 80))
 			}
+			if w := c.Wait; w != nil {
+				fmt.Fprintf(&b, " (on %s %s of %s: %s, %d looks, next %s)", w.Kind, w.ID, w.Server, oneLine(w.Status, 40), w.Polls, w.NextPoll)
+			}
 			b.WriteString("\n")
 		}
 	}

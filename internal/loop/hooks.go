@@ -108,4 +108,8 @@ type Event struct {
 	Source  tools.Source
 	IsError bool
 	Pending bool
+	// Waiting says the call waits on external work it started or looked at (an MCP task); Poll
+	// says this execution was a look at that work, not the call itself.
+	Waiting bool
+	Poll    bool
 }

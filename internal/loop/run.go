@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/toolnexus/operator/internal/backoff"
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -27,10 +28,14 @@ func (c *Client) Resume(ctx context.Context, st *State, tk *tools.Toolkit) (RunR
 		case ActionFinished:
 			return st.Result(), nil
 		case ActionWaiting:
-			if c.opts.WaitFor == nil {
+			switch {
+			case len(st.Suspended()) > 0 && c.opts.WaitFor != nil:
+				err = c.waitFor(ctx, st)
+			case len(st.Suspended()) == 0 && len(st.Waiting()) > 0:
+				err = c.awaitWork(ctx, st)
+			default:
 				return st.Result(), nil
 			}
-			err = c.waitFor(ctx, st)
 		default:
 			err = c.stepWithRetries(ctx, st, tk)
 		}
@@ -76,4 +81,14 @@ func (c *Client) waitFor(ctx context.Context, st *State) error {
 		}
 	}
 	return nil
+}
+
+// awaitWork sleeps until a look at the work a call waits on is due, as the host's Settle would
+// wake it. In process nothing can stop abandoned work: there is no host to carry the effect out.
+func (c *Client) awaitWork(ctx context.Context, st *State) error {
+	out := state.Settle(st, nil, nil, c.now(), state.Policy{})
+	if out.WakeAt.IsZero() {
+		return nil
+	}
+	return c.sleep(ctx, out.WakeAt.Sub(c.now()))
 }

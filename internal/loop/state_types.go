@@ -27,6 +27,8 @@ type (
 	Announcement = state.Announcement
 	// Outcome is an end of the run that the host decided.
 	Outcome = state.Outcome
+	// Wait is a call's wait on external work.
+	Wait = state.Wait
 	// Action is a kind of step.
 	Action = state.Action
 	// RunResult mirrors the toolnexus RunResult.
@@ -42,6 +44,7 @@ const (
 	PhaseQueued    = state.PhaseQueued
 	PhaseSuspended = state.PhaseSuspended
 	PhaseAnswered  = state.PhaseAnswered
+	PhaseWaiting   = state.PhaseWaiting
 	PhaseDone      = state.PhaseDone
 
 	ActionModelTurn = state.ActionModelTurn

@@ -155,6 +155,9 @@ func (c *Client) recordTurn(st *State) {
 		st.Messages = append(st.Messages, Message{Role: RoleTool, ToolCallID: call.ID, Content: call.Result.Output, IsError: call.Result.IsError})
 		st.ToolCalls = append(st.ToolCalls, ToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments,
 			Output: call.Result.Output, IsError: call.Result.IsError, Turn: st.Turn})
+		if call.Wait != nil {
+			st.Abandoned = append(st.Abandoned, call.Wait.Wait)
+		}
 	}
 	st.ToolCallCount += len(st.Calls)
 	st.Calls = nil
@@ -191,8 +194,11 @@ type execution struct {
 	passed []string
 	// retried is set when the call ran with its own answer: a suspension then is unresolved.
 	retried bool
-	event   Event
-	err     error
+	// polled is set when the execution looked at the work the call waits on, and abandoned when the
+	// call stops waiting on work that may still go on (its holder is told to stop it).
+	polled, abandoned bool
+	event             Event
+	err               error
 }
 
 // runCalls executes every queued and answered call of the turn, at most Options.MaxParallelTools
@@ -210,6 +216,11 @@ func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]
 			run = func(ctx context.Context) *execution { return c.executeFirst(ctx, call, tk, turn) }
 		case PhaseAnswered:
 			run = func(ctx context.Context) *execution { return c.executeWithAnswer(ctx, call, tk, turn) }
+		case PhaseWaiting:
+			if !call.Wait.Due {
+				continue
+			}
+			run = func(ctx context.Context) *execution { return c.executeWait(ctx, call, tk, turn) }
 		default:
 			continue
 		}
@@ -239,6 +250,10 @@ func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]
 		}
 		res := o.result
 		call.Phase, call.Result = PhaseDone, &res
+		if !o.abandoned {
+			// The work ended with this result: nothing is left to stop.
+			call.Wait = nil
+		}
 	}
 	if st.AllDone() {
 		c.recordTurn(st)
@@ -250,11 +265,14 @@ func (c *Client) runCalls(ctx context.Context, st *State, tk *tools.Toolkit) ([]
 // suspend, or suspending is not allowed (a retry that suspends again is unresolved, and a
 // suspension no PendingRequest could hold cannot wait, see holdable).
 func (c *Client) suspend(call *Call, o *execution) (Call, bool) {
+	if w := tools.WaitOf(o.result); w != nil {
+		return c.wait(call, o, w)
+	}
 	req := tools.PendingOf(o.result)
 	if req == nil {
 		return Call{}, false
 	}
-	if o.retried {
+	if o.retried && !asksAnew(call, req) {
 		o.result = tools.ToolResult{Output: "unresolved: " + call.Request.Prompt, IsError: true}
 		return Call{}, false
 	}
@@ -267,7 +285,7 @@ func (c *Client) suspend(call *Call, o *execution) (Call, bool) {
 		return Call{}, false
 	}
 	next := Call{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Args: string(args),
-		Phase: PhaseSuspended, Request: req, Gated: o.gated, Approval: call.Approval, Passed: call.Passed}
+		Phase: PhaseSuspended, Request: req, Gated: o.gated, Approval: call.Approval, Passed: call.Passed, Wait: call.Wait}
 	switch {
 	case o.gated:
 		next.Gate, next.Passed = o.gate, o.passed
@@ -335,7 +353,8 @@ func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit,
 	finish := func(o *execution) *execution {
 		ev.Duration = c.now().Sub(start)
 		ev.Pending = tools.PendingOf(o.result) != nil
-		ev.IsError = o.result.IsError && !ev.Pending
+		ev.Waiting = tools.WaitOf(o.result) != nil
+		ev.IsError = o.result.IsError && !ev.Pending && !ev.Waiting
 		o.event = ev
 		return o
 	}
@@ -365,7 +384,7 @@ func (c *Client) executeFirst(ctx context.Context, call Call, tk *tools.Toolkit,
 	}
 	o.args = args
 	o.result = tk.Execute(ctx, call.Name, args, &tools.ToolContext{CallID: call.ID, IdempotencyKey: c.idempotencyKey(call.ID)})
-	if tools.PendingOf(o.result) != nil {
+	if tools.PendingOf(o.result) != nil || tools.WaitOf(o.result) != nil {
 		return finish(o)
 	}
 	o.result, o.err = c.afterTool(ctx, call, args, o.result, turn)
@@ -402,11 +421,17 @@ func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Too
 		key += "/answer"
 	}
 	tc := &tools.ToolContext{CallID: call.ID, IdempotencyKey: key, Answer: call.Answer}
+	if call.Wait != nil {
+		// The answer is for the work the call waits on: the tool hands it there.
+		h := call.Wait.Wait
+		tc.Wait = &h
+	}
 	o.result = tk.Execute(ctx, call.Name, o.args, tc)
 	o.event = Event{Kind: EventTool, Tool: call.Name, Source: tool.Source, Duration: c.now().Sub(start)}
 	o.event.Pending = tools.PendingOf(o.result) != nil
-	o.event.IsError = o.result.IsError && !o.event.Pending
-	if o.event.Pending && call.Gated {
+	o.event.Waiting = tools.WaitOf(o.result) != nil
+	o.event.IsError = o.result.IsError && !o.event.Pending && !o.event.Waiting
+	if (o.event.Pending && (call.Gated || call.Wait != nil)) || o.event.Waiting {
 		return o
 	}
 	o.result, o.err = c.afterTool(ctx, call, o.args, o.result, turn)

@@ -52,6 +52,10 @@ type MCPServer struct {
 	spec    MCPServerSpec
 	tools   []Tool
 	missing []string
+	// revision is the protocol revision negotiated when listing; tasks says the server declares
+	// the tasks extension, so its calls go through taskRPC (mcp_task.go).
+	revision string
+	tasks    bool
 }
 
 // ConnectMCP connects to the server, lists its tools (following pagination) and closes the
@@ -115,6 +119,10 @@ func (s *MCPServer) list(ctx context.Context) error {
 		return err
 	}
 	defer closeSession(session.ClientSession)
+	if res := session.InitializeResult(); res != nil {
+		s.revision = res.ProtocolVersion
+	}
+	s.tasks = tasksDeclared(session.ClientSession)
 	listCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
 	defer cancel()
 	seen := map[string]bool{}
@@ -205,6 +213,37 @@ func (s *MCPServer) open(ctx context.Context, elicit func(context.Context, *mcp.
 	if err != nil {
 		return nil, fmt.Errorf("mcp server %s: %w", s.spec.Name, err)
 	}
+	httpClient, bodies, hdrs := s.httpClient(ctx, hdrs)
+	client := mcp.NewClient(clientInfo, &mcp.ClientOptions{ElicitationHandler: elicit, Capabilities: clientCapabilities()})
+	connectCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
+	defer cancel()
+	transport := &mcp.StreamableClientTransport{Endpoint: s.spec.URL, HTTPClient: httpClient}
+	session, err := client.Connect(connectCtx, transport, nil)
+	conn := &mcpSession{ClientSession: session, hdrs: hdrs, bodies: bodies}
+	if err != nil {
+		return nil, fmt.Errorf("mcp server %s: connecting to %s: %s", s.spec.Name, s.spec.URL, conn.explain(err))
+	}
+	return conn, nil
+}
+
+// clientInfo is how the client names itself to servers.
+var clientInfo = &mcp.Implementation{Name: "toolnexus-operator", Version: "v1alpha1"}
+
+// clientCapabilities are what every request declares. Both elicitation modes are advertised: form
+// elicitations become input requests and URL elicitations authorization requests. The tasks
+// extension is declared too: a server may then answer a call with a task, which the run waits on
+// without holding anything (mcp_task.go). The roots default is left out on purpose.
+func clientCapabilities() *mcp.ClientCapabilities {
+	caps := &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{
+		Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{},
+	}}
+	caps.AddExtension(tasksExtension, nil)
+	return caps
+}
+
+// httpClient is the spec's client carrying hdrs on every request, with its cut bodies watched,
+// signed in with the login ctx carries (withLogin); the headers returned redact its token too.
+func (s *MCPServer) httpClient(ctx context.Context, hdrs resolvedHeaders) (*http.Client, *bodyErrors, resolvedHeaders) {
 	httpClient := *s.spec.HTTPClient
 	base := httpClient.Transport
 	if base == nil {
@@ -217,23 +256,7 @@ func (s *MCPServer) open(ctx context.Context, elicit func(context.Context, *mcp.
 		hdrs = hdrs.authorized(l.token)
 	}
 	httpClient.Transport = headerTransport{base: signed, header: hdrs.header}
-	client := mcp.NewClient(&mcp.Implementation{Name: "toolnexus-operator", Version: "v1alpha1"}, &mcp.ClientOptions{
-		ElicitationHandler: elicit,
-		// Both modes are advertised: form elicitations become input requests and URL
-		// elicitations authorization requests. The roots default is left out on purpose.
-		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{
-			Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{},
-		}},
-	})
-	connectCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
-	defer cancel()
-	transport := &mcp.StreamableClientTransport{Endpoint: s.spec.URL, HTTPClient: &httpClient}
-	session, err := client.Connect(connectCtx, transport, nil)
-	conn := &mcpSession{ClientSession: session, hdrs: hdrs, bodies: bodies}
-	if err != nil {
-		return nil, fmt.Errorf("mcp server %s: connecting to %s: %s", s.spec.Name, s.spec.URL, conn.explain(err))
-	}
-	return conn, nil
+	return &httpClient, bodies, hdrs
 }
 
 // bodyErrors remembers the first response body of a session that went past the client's bound

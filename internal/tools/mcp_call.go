@@ -21,18 +21,28 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 		return ToolResult{Output: fmt.Sprintf("MCP server %s: tool %s: %s", s.spec.Name, name, msg), IsError: true}
 	}
 	bridge := &elicitBridge{callID: tc.CallID, answer: tc.Answer}
+	if args == nil {
+		args = map[string]any{}
+	}
+	if tc.Wait != nil || s.tasks {
+		callCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
+		defer cancel()
+		if tc.Wait != nil {
+			return s.pollTask(callCtx, tc, fail)
+		}
+		return s.callAsTask(callCtx, name, args, bridge, fail)
+	}
 
 	session, err := s.open(ctx, bridge.handle)
 	if err != nil {
 		return fail(err.Error())
 	}
 	defer closeSession(session.ClientSession)
-	if args == nil {
-		args = map[string]any{}
-	}
 	callCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
 	defer cancel()
-	res, err := session.CallTool(callCtx, &mcp.CallToolParams{Name: name, Arguments: args})
+	meta := map[string]any{}
+	traceparent(ctx, meta)
+	res, err := session.CallTool(callCtx, &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args})
 	// A call that elicited without an answer ends as that suspension, whatever the server
 	// made of the "cancel" it was given.
 	if req := bridge.suspension(); req != nil {

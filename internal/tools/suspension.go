@@ -13,6 +13,8 @@ type (
 	Answer = wire.Answer
 	// ToolResult is what a tool returns; a suspension carries its Request in metadata.pending.
 	ToolResult = wire.ToolResult
+	// Wait is the handle of external work a call waits on (an MCP task); see wire.Wait.
+	Wait = wire.Wait
 )
 
 // Request kinds, answer reasons and data keys of the toolnexus vocabulary.
@@ -29,6 +31,8 @@ const (
 
 	DefaultAuthPrompt = wire.DefaultAuthPrompt
 
+	WaitKindMCPTask = wire.WaitKindMCPTask
+
 	ResultsKey = wire.ResultsKey
 	OutputKey  = wire.OutputKey
 )
@@ -42,4 +46,6 @@ var (
 	AnswerDeclined = wire.AnswerDeclined
 	RecognisedKeys = wire.RecognisedKeys
 	ErrNoOutput    = wire.ErrNoOutput
+	Waiting        = wire.Waiting
+	WaitOf         = wire.WaitOf
 )

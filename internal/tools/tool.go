@@ -28,6 +28,9 @@ type ToolContext struct {
 	CallID string
 	// IdempotencyKey is stable across re-executions of the same call (at-least-once delivery).
 	IdempotencyKey string
+	// Wait is set when the call waits on external work it started (Waiting): the tool looks at
+	// that work (and hands it Answer, when set) instead of starting it again.
+	Wait *Wait
 }
 
 // Tool is one callable tool.

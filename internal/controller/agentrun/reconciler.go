@@ -207,6 +207,7 @@ func (r *Reconciler) open(ctx context.Context, req ctrl.Request) (*scope, ctrl.R
 		r.Executor.Cancel(req.String())
 		r.steps.forget(req.NamespacedName)
 		r.store.Forget(req.NamespacedName)
+		r.Metrics.Waits.Set(req.Namespace, req.String(), nil)
 	}
 	if err != nil {
 		return nil, ctrl.Result{}, client.IgnoreNotFound(err)
@@ -285,6 +286,7 @@ func (r *Reconciler) project(ctx context.Context, s *scope) error {
 	}
 	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
 	key := runKey(s.run)
+	r.Metrics.Waits.Set(key.Namespace, key.String(), waitsOf(s.rec.State))
 	r.owe(s) // an end no record holds (the record was unreadable) is reported all the same
 	if s.inflight && !finished(s.run) && progressOnly(&s.before.Status, &s.run.Status) && !r.steps.reportDue(key, s.run.UID, s.now) {
 		// A running run's counters are reported at most every statusInterval; the record holds them.

@@ -60,6 +60,8 @@ func (r *Reconciler) settle(ctx context.Context, s *scope, end *state.StepEnd, s
 		case state.EffectCancelStep:
 			r.Executor.Cancel(key.String()) // in-flight I/O of a cancelled run is aborted
 			r.steps.drop(key)
+		case state.EffectCancelWait:
+			r.cancelWait(ctx, s, e)
 		case state.EffectRetry:
 			r.steps.backoff(key, s.run.UID, e.At)
 			s.progress.reason, s.progress.message = toolnexusv1alpha1.ReasonModelRetrying, e.Message

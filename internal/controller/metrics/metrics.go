@@ -40,6 +40,9 @@ type Metrics struct {
 	Notifications *prometheus.CounterVec
 	// AuditEvents counts audit event attempts, by type and outcome (toolnexus_audit_events_total).
 	AuditEvents *prometheus.CounterVec
+	// Waits counts the external work runs wait on now (MCP tasks), by namespace and kind.
+	Waits *WaitGauge
+	polls *prometheus.CounterVec
 }
 
 // New registers the metrics with reg. Open PendingRequests are counted from reader (the
@@ -81,8 +84,58 @@ func New(reg prometheus.Registerer, reader client.Reader) *Metrics {
 	}
 	reg.MustRegister(m.llmRequests, m.llmTokens, m.llmDuration, m.toolCalls, m.toolDuration, m.RunErrors,
 		m.SuspensionWait, m.inflight, m.inflightBytes, m.queued, m.queueWait, &pendingCollector{reader: reader})
-	reg.MustRegister(m.Notifications, m.AuditEvents)
+	m.Waits = &WaitGauge{gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolnexus_external_waits", Help: "Tool calls waiting on external work (MCP tasks) now, holding no executor slot, by namespace and kind."},
+		[]string{"namespace", "kind"}), runs: map[string]runWaits{}}
+	m.polls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolnexus_external_wait_polls_total", Help: "Looks at external work a tool call waits on (tasks/get), by tool, source and outcome (waiting, failed, pending, done)."},
+		[]string{"tool", "source", "outcome"})
+	reg.MustRegister(m.Notifications, m.AuditEvents, m.Waits.gauge, m.polls)
 	return m
+}
+
+// WaitGauge is toolnexus_external_waits: what each run waits on, summed by namespace and kind.
+type WaitGauge struct {
+	gauge *prometheus.GaugeVec
+	mu    sync.Mutex
+	runs  map[string]runWaits
+}
+
+type runWaits struct {
+	namespace string
+	kinds     map[string]int
+}
+
+// Set records that the run named key in namespace waits on kinds (kind: count) now; nil or empty
+// when it waits on nothing.
+func (g *WaitGauge) Set(namespace, key string, kinds map[string]int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	touched := map[string]bool{}
+	for kind := range g.runs[key].kinds {
+		touched[kind] = true
+	}
+	if len(kinds) == 0 {
+		delete(g.runs, key)
+	} else {
+		g.runs[key] = runWaits{namespace: namespace, kinds: kinds}
+	}
+	for kind := range kinds {
+		touched[kind] = true
+	}
+	for kind := range touched {
+		n := 0
+		for _, r := range g.runs {
+			if r.namespace == namespace {
+				n += r.kinds[kind]
+			}
+		}
+		if n == 0 {
+			g.gauge.DeleteLabelValues(namespace, kind)
+			continue
+		}
+		g.gauge.WithLabelValues(namespace, kind).Set(float64(n))
+	}
 }
 
 // ExecutorObserver feeds the executor's figures into the metrics. A namespace's series go away
@@ -118,6 +171,19 @@ func (m *Metrics) Observe(ev loop.Event) {
 		m.llmTokens.WithLabelValues(ev.Model, "prompt").Add(float64(ev.PromptTokens))
 		m.llmTokens.WithLabelValues(ev.Model, "completion").Add(float64(ev.CompletionTokens))
 	case loop.EventTool:
+		if ev.Poll {
+			outcome := "done"
+			switch {
+			case ev.Waiting:
+				outcome = "waiting"
+			case ev.Pending:
+				outcome = "pending"
+			case ev.IsError:
+				outcome = "failed"
+			}
+			m.polls.WithLabelValues(ev.Tool, string(ev.Source), outcome).Inc()
+			return
+		}
 		m.toolCalls.WithLabelValues(ev.Tool, string(ev.Source), strconv.FormatBool(ev.IsError), strconv.FormatBool(ev.Pending)).Inc()
 		m.toolDuration.WithLabelValues(ev.Tool, string(ev.Source)).Observe(ev.Duration.Seconds())
 	}

@@ -104,6 +104,9 @@ const (
 	EffectCancelStep EffectKind = "CancelStep"
 	// EffectRetry: the model failed transiently; take the next step at At (report Message).
 	EffectRetry EffectKind = "Retry"
+	// EffectCancelWait: call CallID no longer waits on the external work Wait (the run ended, the
+	// call was declined, or the wait outlived its deadline): tell the work's holder to stop it.
+	EffectCancelWait EffectKind = "CancelWait"
 )
 
 // Effect is one thing the host must do or report, in the order Settle decided it.
@@ -115,8 +118,10 @@ type Effect struct {
 	Answer *wire.Answer
 	// At is when (EffectRetry).
 	At time.Time
-	// Message says why (EffectInvalidAnswer, EffectRetry).
+	// Message says why (EffectInvalidAnswer, EffectRetry, EffectCancelWait).
 	Message string
+	// Wait is the work to stop (EffectCancelWait).
+	Wait *wire.Wait
 }
 
 // Settlement is what Settle decided.
@@ -145,7 +150,14 @@ func Settle(st *State, end *StepEnd, seen []Seen, now time.Time, p Policy) Settl
 		out.Changed = true
 		out.Effects = append(out.Effects, Effect{Kind: EffectCancelStep})
 	}
+	for i := range st.Abandoned {
+		out.Effects = append(out.Effects, Effect{Kind: EffectCancelWait, Wait: &st.Abandoned[i], Message: "the call stopped waiting on it"})
+	}
+	if st.Abandoned != nil {
+		st.Abandoned, out.Changed = nil, true
+	}
 	if st.Ended() {
+		endWaits(st, "the run ended", &out)
 		out.WakeAt = time.Time{}
 		return out
 	}
@@ -163,12 +175,83 @@ func Settle(st *State, end *StepEnd, seen []Seen, now time.Time, p Policy) Settl
 			continue
 		}
 		if settleCall(st, call, s, now, p, &out); st.Ended() {
+			endWaits(st, "the run ended", &out)
 			out.WakeAt = time.Time{}
 			return out
 		}
 	}
+	endWaits(st, "the request it asked was not answered", &out)
 	out.WakeAt = earliest(out.WakeAt, nearestExpiry(st))
+	out.WakeAt = earliest(out.WakeAt, settleWaits(st, now, &out))
 	return out
+}
+
+// settleWaits decides, for the calls waiting on external work, which are due for a look now and
+// which outlived their deadline (the call ends with an error result and the work is stopped). It
+// returns when the next look is due; zero when none is.
+func settleWaits(st *State, now time.Time, out *Settlement) time.Time {
+	var wake time.Time
+	for i := range st.Calls {
+		call := &st.Calls[i]
+		if call.Phase != PhaseWaiting || call.Wait == nil {
+			continue
+		}
+		w := call.Wait
+		if deadline, err := time.Parse(time.RFC3339Nano, w.Deadline); err == nil && !now.Before(deadline) {
+			since, _ := time.Parse(time.RFC3339Nano, w.Since)
+			msg := fmt.Sprintf("%s %s on %s did not finish within %s (last status: %s); it was cancelled",
+				w.Kind, w.ID, w.Server, deadline.Sub(since).Round(time.Second), lastStatus(w))
+			finishWait(call, msg, out)
+			out.Changed = true
+			continue
+		}
+		next, err := time.Parse(time.RFC3339Nano, w.NextPoll)
+		switch {
+		case w.Due:
+		case err != nil || !now.Before(next):
+			w.Due = true
+			out.Changed = true
+		default:
+			wake = earliest(wake, next)
+		}
+	}
+	return wake
+}
+
+// endWaits stops the external work of every call that still holds some but no longer waits on it:
+// every such call when the run ended, else a call whose request (asked by the work) was declined,
+// expired or deleted.
+func endWaits(st *State, why string, out *Settlement) {
+	for i := range st.Calls {
+		call := &st.Calls[i]
+		if call.Wait == nil || (!st.Ended() && call.Phase != PhaseDone) {
+			continue
+		}
+		w := call.Wait.Wait
+		out.Effects = append(out.Effects, Effect{Kind: EffectCancelWait, CallID: call.ID, Wait: &w, Message: why})
+		if call.Phase != PhaseDone {
+			call.Phase, call.Result = PhaseDone, &wire.ToolResult{Output: fmt.Sprintf("cancelled: %s", why), IsError: true}
+		}
+		call.Wait = nil
+		out.Changed = true
+	}
+}
+
+// finishWait ends a waiting call with the error result msg and stops its work.
+func finishWait(call *Call, msg string, out *Settlement) {
+	w := call.Wait.Wait
+	out.Effects = append(out.Effects, Effect{Kind: EffectCancelWait, CallID: call.ID, Wait: &w, Message: msg})
+	call.Phase, call.Result, call.Wait = PhaseDone, &wire.ToolResult{Output: msg, IsError: true}, nil
+}
+
+func lastStatus(w *Wait) string {
+	switch {
+	case w.PollError != "":
+		return "unknown, the last look failed: " + w.PollError
+	case w.Status == "":
+		return "unknown"
+	}
+	return w.Status
 }
 
 // settleCall decides what request s means for call.

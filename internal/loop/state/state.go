@@ -64,11 +64,14 @@ type ToolCall struct {
 type Phase string
 
 // Call phases. queued → done, or queued → suspended → answered → done, or suspended → done when
-// the answer declines.
+// the answer declines. A call that handed its work to someone else (an MCP task) is waiting until
+// the work ends: queued → waiting → done; when the work asks a person something on the way, the
+// call is suspended on that request and back to waiting once it is answered.
 const (
 	PhaseQueued    Phase = "queued"
 	PhaseSuspended Phase = "suspended"
 	PhaseAnswered  Phase = "answered"
+	PhaseWaiting   Phase = "waiting"
 	PhaseDone      Phase = "done"
 )
 
@@ -101,6 +104,26 @@ type Call struct {
 	// operator, the PendingRequest it created). The loop does not interpret it; the host reads
 	// answers only from the object named here.
 	Announced *Announcement `json:"announced,omitempty"`
+	// Wait is the external work the call waits on (see Wait). It stays while the work asks a
+	// person something, so that the answer goes to the work and the call never starts it again.
+	Wait *Wait `json:"wait,omitempty"`
+}
+
+// Wait is a call's wait on external work that is not a person: the tool's handle of the work, and
+// the loop's schedule for looking at it. It is kept general on purpose: an MCP task today, and the
+// same wait serves a parent run waiting on a child run or an A2A remote task.
+type Wait struct {
+	wire.Wait
+	// Since is when the call started waiting, Deadline when it stops waiting whatever the work
+	// says, and NextPoll when the work is looked at next; RFC 3339 with nanoseconds, UTC.
+	Since    string `json:"since"`
+	Deadline string `json:"deadline"`
+	NextPoll string `json:"nextPoll"`
+	// Polls counts the looks taken, Failures the looks that failed in a row.
+	Polls    int `json:"polls,omitempty"`
+	Failures int `json:"failures,omitempty"`
+	// Due says NextPoll has come (Settle decides it): the next step looks at the work.
+	Due bool `json:"due,omitempty"`
 }
 
 // OnTimeoutFail, as a Gate's OnTimeout, ends the run when the gate's request expires.
@@ -153,6 +176,9 @@ type State struct {
 	// ModelFailures counts consecutive transient model failures (ModelFailed); a model turn that
 	// succeeds resets it.
 	ModelFailures int `json:"modelFailures,omitempty"`
+	// Abandoned is external work calls of a recorded turn stopped waiting on while it may still go
+	// on: the host is told to stop it (Settle), then it is dropped.
+	Abandoned []wire.Wait `json:"abandoned,omitempty"`
 }
 
 // New starts a run with prompt as the first user turn.
@@ -188,11 +214,22 @@ func (st *State) Next() Action {
 		return ActionToolCalls
 	}
 	for _, c := range st.Calls {
-		if c.Phase == PhaseQueued || c.Phase == PhaseAnswered {
+		if c.Phase == PhaseQueued || c.Phase == PhaseAnswered || (c.Phase == PhaseWaiting && c.Wait.Due) {
 			return ActionToolCalls
 		}
 	}
 	return ActionWaiting
+}
+
+// Waiting lists the calls waiting on external work, in call order.
+func (st *State) Waiting() []Call {
+	var out []Call
+	for _, c := range st.Calls {
+		if c.Phase == PhaseWaiting {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // AllDone reports whether every call of the turn has a result.
@@ -242,6 +279,7 @@ func (st *State) validate() error {
 		case c.Phase == PhaseQueued:
 		case c.Phase == PhaseSuspended && c.Request != nil && c.Args != "":
 		case c.Phase == PhaseAnswered && c.Request != nil && c.Answer != nil && c.Args != "":
+		case c.Phase == PhaseWaiting && c.Wait != nil && c.Args != "":
 		case c.Phase == PhaseDone && c.Result != nil:
 		default:
 			return fmt.Errorf("state: call %q in phase %q lacks what the phase needs (request, arguments, answer or result)", c.ID, c.Phase)
@@ -261,6 +299,7 @@ func (st *State) Clone() *State {
 		}
 	}
 	c.ToolCalls = append([]ToolCall(nil), st.ToolCalls...)
+	c.Abandoned = append([]wire.Wait(nil), st.Abandoned...)
 	if st.Calls != nil {
 		c.Calls = make([]Call, len(st.Calls))
 		for i, call := range st.Calls {
@@ -301,6 +340,10 @@ func (c Call) clone() Call {
 	if c.Gate != nil {
 		g := *c.Gate
 		c.Gate = &g
+	}
+	if c.Wait != nil {
+		w := *c.Wait
+		c.Wait = &w
 	}
 	return c
 }

@@ -1,0 +1,100 @@
+package controller_test
+
+import (
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
+	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/tools/toolstest"
+)
+
+// taskRun is a run whose model calls the tool ci_<tool> once, served by a task server.
+func taskRun(ns, name string, ts *toolstest.TaskServer, tool string) (*toolnexusv1alpha1.AgentRun, *looptest.Server) {
+	model := looptest.New(GinkgoT(),
+		looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "ci_" + tool, Arguments: `{"ref":"main"}`}),
+		looptest.OpenAIText("finished"))
+	run := newRun(ns, name, model.URL, nil)
+	run.Spec.MCPServers = []toolnexusv1alpha1.MCPServerSpec{{Name: "ci", URL: ts.URL}}
+	return run, model
+}
+
+var _ = Describe("AgentRun with MCP tasks", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("waits on a task across two manager restarts without a slot, creates it once, and gives its result to the model", func() {
+		ts := toolstest.ServeTasks(GinkgoT(), map[string]toolstest.TaskSpec{"build": {Polls: 6}})
+		ts.SetPollInterval(1000)
+		run, model := taskRun(ns, "task-restarts", ts, "build")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+
+		Eventually(ts.Polls, eventually).Should(BeNumerically(">=", 1))
+		Eventually(func() float64 { return metricValue("toolnexus_external_waits", map[string]string{"namespace": ns}) }, eventually).Should(Equal(1.0))
+		// Between looks the run holds no executor slot.
+		Eventually(func() float64 { return metricValue("toolnexus_inflight_steps", map[string]string{"namespace": ns}) }, eventually).Should(BeZero())
+		Expect(getRun(run).Status.Phase).NotTo(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+
+		restartManager()
+		polled := ts.Polls()
+		Eventually(ts.Polls, eventually).Should(BeNumerically(">", polled), "the new manager looks at the task again")
+		restartManager()
+
+		Eventually(phaseOf(run), 3*eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(ts.Calls("build")).To(Equal(1), "the call is made once; every later look is a tasks/get")
+		Expect(ts.Polls()).To(BeNumerically(">=", 7))
+		Expect(lastToolMessages(model)).To(ConsistOf(HaveKeyWithValue("content", `build done with {"ref":"main"}`)))
+		Expect(metricValue("toolnexus_external_wait_polls_total", map[string]string{"tool": "ci_build", "outcome": "done"})).To(BeNumerically(">=", 1))
+		Eventually(func() float64 { return metricValue("toolnexus_external_waits", map[string]string{"namespace": ns}) }, eventually).Should(BeZero())
+		Expect(ts.Cancelled()).To(BeEmpty())
+	})
+
+	It("cancels the task when the run is cancelled", func() {
+		ts := toolstest.ServeTasks(GinkgoT(), map[string]toolstest.TaskSpec{"build": {Polls: 10_000}})
+		run, _ := taskRun(ns, "task-cancel", ts, "build")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(ts.Polls, eventually).Should(BeNumerically(">=", 1))
+		Expect(k8sClient.Patch(ctx, getRun(run), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`)))).To(Succeed())
+		Eventually(ts.Cancelled, eventually).Should(Equal([]string{"task-1"}))
+		Expect(ts.Status("task-1")).To(Equal("cancelled"))
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseFailed))
+		Expect(condition(run, toolnexusv1alpha1.ConditionSucceeded).Reason).To(Equal(toolnexusv1alpha1.ReasonCancelled))
+	})
+
+	It("parks a task that asks for input on a PendingRequest and hands the answer to the task", func() {
+		ts := toolstest.ServeTasks(GinkgoT(), map[string]toolstest.TaskSpec{"greet": {Polls: 1, Ask: map[string]*mcp.ElicitParams{
+			"name": {Mode: "form", Message: "Your name?", RequestedSchema: map[string]any{"type": "object",
+				"properties": map[string]any{"name": map[string]any{"type": "string"}}, "required": []any{"name"}}},
+		}}})
+		run, model := taskRun(ns, "task-input", ts, "greet")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		reqs := waitSuspended(run, 1)
+		Expect(reqs[0].Spec.Request.Kind).To(Equal("input"))
+		Expect(reqs[0].Spec.Request.Prompt).To(Equal("Your name?"))
+		Expect(string(reqs[0].Spec.Request.Data.Raw)).To(ContainSubstring(`"required":["name"]`))
+		answer(&reqs[0], `{"ok":true,"data":{"name":"Ada"}}`)
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(lastToolMessages(model)).To(ConsistOf(HaveKeyWithValue("content",
+			`greet done with {"ref":"main"}; name={"action":"accept","content":{"name":"Ada"}}`)))
+		Expect(ts.Calls("greet")).To(Equal(1))
+		Expect(ts.Updates()).To(Equal(1))
+	})
+
+	It("tells the model when the server no longer knows the task, and the run goes on", func() {
+		ts := toolstest.ServeTasks(GinkgoT(), map[string]toolstest.TaskSpec{"build": {Polls: 10_000}})
+		ts.SetPollInterval(86_400_000) // a day: the loop looks again after a minute at the latest
+		run, model := taskRun(ns, "task-forgotten", ts, "build")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(func() float64 { return metricValue("toolnexus_external_waits", map[string]string{"namespace": ns}) }, eventually).Should(Equal(1.0))
+		ts.Forget()
+		ts.SetPollInterval(0)
+		// The run looks again within the bound (60s) and learns the task is gone.
+		Eventually(phaseOf(run), 4*eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		msgs := lastToolMessages(model)
+		Expect(msgs).To(HaveLen(1))
+		Expect(msgs[0]["content"]).To(ContainSubstring("task task-1 is not known to the server any more"))
+	})
+})
