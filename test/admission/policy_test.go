@@ -321,6 +321,52 @@ var _ = Describe("Expiry", func() {
 	})
 })
 
+var _ = Describe("A completed login", func() {
+	const signedIn = `{"status":{"answer":{"ok":true},"answeredBy":"system:oauth"}}`
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+	login := func(approvers *toolnexusv1alpha1.Approvers) *toolnexusv1alpha1.PendingRequest {
+		return newRequestWith(ns, func(s *toolnexusv1alpha1.PendingRequestSpec) {
+			s.Request.Kind, s.Request.ID, s.Request.URL, s.Approvers = "authorization", "oauth:3f2a", "https://as.example.com/authorize?state=x", approvers
+		})
+	}
+
+	It("lets the manager answer the operator's own login as system:oauth, on a request only others may answer", func() {
+		preq := login(approvers)
+		Expect(patchStatus(manager, preq, signedIn)).To(Succeed())
+		expectStamped(preq, "system:oauth")
+	})
+
+	It("gives nobody else system:oauth: bob's answeredBy is overwritten with bob", func() {
+		preq := login(nil)
+		Expect(patchStatus(bob, preq, signedIn)).To(Succeed())
+		expectStamped(preq, "bob")
+	})
+
+	It("does not let the manager answer as system:oauth a request that is no login of its own, or decline as it", func() {
+		for _, edit := range []func(*toolnexusv1alpha1.PendingRequestSpec){
+			func(s *toolnexusv1alpha1.PendingRequestSpec) { s.Request.Kind = "approval"; s.Request.ID = "oauth:3f2a" },
+			func(s *toolnexusv1alpha1.PendingRequestSpec) {
+				s.Request.Kind, s.Request.URL = "authorization", "https://tool.example.com/login" // a tool's own login
+			},
+		} {
+			preq := newRequestWith(ns, func(s *toolnexusv1alpha1.PendingRequestSpec) { edit(s); s.Approvers = approvers })
+			Expect(patchStatus(manager, preq, signedIn)).To(MatchError(ContainSubstring("user "+managerUser+" may not answer this request")))
+		}
+		preq := login(approvers)
+		Expect(patchStatus(manager, preq, `{"status":{"answer":{"ok":false,"reason":"declined"},"answeredBy":"system:oauth"}}`)).
+			To(MatchError(ContainSubstring("user " + managerUser + " may not answer this request")))
+	})
+
+	It("refuses the login's answer after the request expired", func() {
+		at := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+		preq := newRequestWith(ns, func(s *toolnexusv1alpha1.PendingRequestSpec) {
+			s.Request.Kind, s.Request.ID, s.Request.ExpiresAt = "authorization", "oauth:3f2a", at.Format(time.RFC3339)
+		})
+		Expect(patchStatus(manager, preq, signedIn)).To(MatchError(ContainSubstring("this request expired at " + at.Format(time.RFC3339))))
+	})
+})
+
 var _ = Describe("Notification records", func() {
 	const (
 		record   = `{"status":{"notifications":[{"sink":"ops","event":"Opened","outcome":"Delivered","attempts":1}]}}`

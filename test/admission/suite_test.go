@@ -88,6 +88,7 @@ var _ = BeforeSuite(func() {
 		{managerUser, managerGroups, "patch"},
 		{managerUser, managerGroups, "expire"},
 		{managerUser, managerGroups, "quorum"},
+		{managerUser, managerGroups, "oauth"},
 		{managerUser, managerGroups, "manage"},
 	} {
 		Eventually(func() (bool, error) {

@@ -144,9 +144,15 @@ func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRu
 		if err := r.checkHeaders(ctx, run.Namespace, t.HTTP.Headers, fmt.Sprintf("spec.tools[%d].http.headers", i)); err != nil {
 			return nil, err
 		}
+		if err := r.checkClientSecret(ctx, run.Namespace, t.HTTP.Auth, fmt.Sprintf("spec.tools[%d].http.auth.oauth.clientSecretRef", i)); err != nil {
+			return nil, err
+		}
 	}
 	for i, s := range spec.MCPServers {
 		if err := r.checkHeaders(ctx, run.Namespace, s.Headers, fmt.Sprintf("spec.mcpServers[%d].headers", i)); err != nil {
+			return nil, err
+		}
+		if err := r.checkClientSecret(ctx, run.Namespace, s.Auth, fmt.Sprintf("spec.mcpServers[%d].auth.oauth.clientSecretRef", i)); err != nil {
 			return nil, err
 		}
 	}
@@ -246,6 +252,15 @@ func (r *Reconciler) checkHeaders(ctx context.Context, namespace string, hs []to
 		}
 	}
 	return nil
+}
+
+// checkClientSecret checks that an OAuth client's secret can be read, as a header's is checked.
+func (r *Reconciler) checkClientSecret(ctx context.Context, namespace string, auth *toolnexusv1alpha1.ToolAuth, what string) error {
+	if auth == nil || auth.OAuth == nil || auth.OAuth.ClientSecretRef == nil {
+		return nil
+	}
+	_, err := r.readSecret(ctx, namespace, *auth.OAuth.ClientSecretRef, what)
+	return err
 }
 
 // headers turns header specs into tool headers whose Secret values are read on every request.
