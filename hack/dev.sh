@@ -42,7 +42,8 @@ In another terminal, paste these as they are:
   kubectl wait --for=condition=Succeeded ar/buy-gpu --timeout=120s && kubectl toolnexus wait buy-gpu    # the final text, escaped
 
 Users: $dev/kubeconfig (admin), $dev/kubeconfig-alice (approver), $dev/kubeconfig-bob (not an approver).
-Logs: $dev/logs/. Metrics: http://$METRICS_ADDR/metrics. Ctrl-C stops everything.$earlier
+Logs: $dev/logs/. Metrics: http://$METRICS_ADDR/metrics. Ctrl-C stops everything.
+OAuth login callback (register it as your OAuth client's redirect URI): http://$OAUTH_ADDR/oauth/callback$earlier
 MSG
 
 # Runs until Ctrl-C, or until one of the processes exits on its own.

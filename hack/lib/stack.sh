@@ -16,7 +16,7 @@
 #
 # A second stack can run beside `make dev` (the e2e test of the printed commands runs one):
 # TOOLNEXUS_DEV_DIR (default .dev), TOOLNEXUS_MODEL_ADDR, TOOLNEXUS_TOOLS_ADDR, TOOLNEXUS_PROBE_ADDR,
-# TOOLNEXUS_METRICS_ADDR (host:port), TOOLNEXUS_APISERVER_PORT, TOOLNEXUS_ETCD_PORT (0 picks free
+# TOOLNEXUS_METRICS_ADDR, TOOLNEXUS_OAUTH_ADDR (host:port), TOOLNEXUS_APISERVER_PORT, TOOLNEXUS_ETCD_PORT (0 picks free
 # ports). With other model or tools addresses, the samples are copied into $dev/samples naming them.
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -26,6 +26,7 @@ MODEL_ADDR=${TOOLNEXUS_MODEL_ADDR:-127.0.0.1:18080}
 TOOLS_ADDR=${TOOLNEXUS_TOOLS_ADDR:-127.0.0.1:18081}
 PROBE_ADDR=${TOOLNEXUS_PROBE_ADDR:-127.0.0.1:18082}
 METRICS_ADDR=${TOOLNEXUS_METRICS_ADDR:-127.0.0.1:18083}
+OAUTH_ADDR=${TOOLNEXUS_OAUTH_ADDR:-127.0.0.1:18084}
 APISERVER_PORT=${TOOLNEXUS_APISERVER_PORT:-16443}
 ETCD_PORT=${TOOLNEXUS_ETCD_PORT:-12379}
 stack_pids=()
@@ -126,7 +127,7 @@ stack_up() {
 	command -v go >/dev/null || die "Go is not on PATH"
 	command -v curl >/dev/null || die "curl is not on PATH"
 	mkdir -p "$bin" "$dev/logs"
-	local addrs=("$MODEL_ADDR" "$TOOLS_ADDR" "$PROBE_ADDR" "$METRICS_ADDR")
+	local addrs=("$MODEL_ADDR" "$TOOLS_ADDR" "$PROBE_ADDR" "$METRICS_ADDR" "$OAUTH_ADDR")
 	[ "$APISERVER_PORT" = 0 ] || addrs+=("127.0.0.1:$APISERVER_PORT")
 	[ "$ETCD_PORT" = 0 ] || addrs+=("127.0.0.1:$ETCD_PORT")
 	for addr in "${addrs[@]}"; do
@@ -164,8 +165,10 @@ stack_up() {
 		identity="admin (config/rbac is absent)"
 	fi
 	say "Starting the manager as $identity; log in $dev/logs/manager.log"
-	start_bg manager env KUBECONFIG="$manager_kubeconfig" "$bin/manager" \
+	# The manager "runs in" toolnexus-system, where config/rbac lets it keep logins.
+	start_bg manager env KUBECONFIG="$manager_kubeconfig" POD_NAMESPACE=toolnexus-system "$bin/manager" \
 		--health-probe-bind-address="$PROBE_ADDR" --metrics-bind-address="$METRICS_ADDR" --metrics-secure=false \
+		--oauth-callback-bind-address="$OAUTH_ADDR" --oauth-redirect-url="http://$OAUTH_ADDR/oauth/callback" \
 		--zap-log-level="${MANAGER_LOG_LEVEL:-info}"
 	wait_http "http://$MODEL_ADDR/v1/models" 30 "$pid_model" || die "the model endpoint did not start; see $dev/logs/model.log"
 	wait_http "http://$TOOLS_ADDR/oauth/authorize" 30 "$pid_tools" || die "the sample tools did not start; see $dev/logs/tools.log"

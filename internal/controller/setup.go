@@ -101,23 +101,27 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := policies.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	// Logins the operator completes itself (SPEC.md section 12), kept in the manager's namespace.
-	store := &login.SecretStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.ManagerNamespace}
-	logins := &oauth.Host{Store: store, HTTPClient: o.HTTPClient, RedirectURL: o.OAuthRedirectURL,
-		ClientSecret: func(ctx context.Context, ref oauth.SecretRef) (string, error) {
-			return kube.ReadSecretKey(ctx, mgr.GetAPIReader(), o.RequireSecretLabel, ref.Namespace,
-				toolnexusv1alpha1.SecretKeyReference{Name: ref.Name, Key: ref.Key}, "auth.oauth.clientSecretRef")
-		}}
-	if o.OAuthCallbackAddr != "" {
+	// Logins the operator completes itself (SPEC.md section 12), kept in the manager's namespace;
+	// a manager that does not know its namespace keeps none.
+	var logins *oauth.Host
+	if o.ManagerNamespace != "" {
+		store := &login.SecretStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.ManagerNamespace}
+		logins = &oauth.Host{Store: store, HTTPClient: o.HTTPClient, RedirectURL: o.OAuthRedirectURL,
+			ClientSecret: func(ctx context.Context, ref oauth.SecretRef) (string, error) {
+				return kube.ReadSecretKey(ctx, mgr.GetAPIReader(), o.RequireSecretLabel, ref.Namespace,
+					toolnexusv1alpha1.SecretKeyReference{Name: ref.Name, Key: ref.Key}, "auth.oauth.clientSecretRef")
+			}}
+		if err := mgr.Add(&login.Sweep{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.ManagerNamespace,
+			Interval: 10 * time.Minute, Log: mgr.GetLogger().WithName("oauth-sweep")}); err != nil {
+			return err
+		}
+	}
+	if o.OAuthCallbackAddr != "" && logins != nil {
 		callback := &login.Callback{Host: logins, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Log: mgr.GetLogger().WithName("oauth-callback")}
 		if err := mgr.Add(&login.Server{Addr: o.OAuthCallbackAddr, Callback: callback}); err != nil {
 			return err
 		}
-	}
-	if err := mgr.Add(&login.Sweep{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.ManagerNamespace,
-		Interval: 10 * time.Minute, Log: mgr.GetLogger().WithName("oauth-sweep")}); err != nil {
-		return err
 	}
 	if err := (&agentrun.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),

@@ -32,7 +32,7 @@ func TestPrintedCommands(t *testing.T) {
 	env := append(personEnv(),
 		"TOOLNEXUS_DEV_DIR="+dev,
 		"TOOLNEXUS_MODEL_ADDR="+freeAddr(t), "TOOLNEXUS_TOOLS_ADDR="+freeAddr(t),
-		"TOOLNEXUS_PROBE_ADDR="+freeAddr(t), "TOOLNEXUS_METRICS_ADDR="+freeAddr(t),
+		"TOOLNEXUS_PROBE_ADDR="+freeAddr(t), "TOOLNEXUS_METRICS_ADDR="+freeAddr(t), "TOOLNEXUS_OAUTH_ADDR="+freeAddr(t),
 		"TOOLNEXUS_APISERVER_PORT=0", "TOOLNEXUS_ETCD_PORT=0")
 
 	message := runDev(t, env, logs)

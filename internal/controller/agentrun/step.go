@@ -176,7 +176,7 @@ func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRu
 func (r *Reconciler) signIn(run *toolnexusv1alpha1.AgentRun) func(toolnexusv1alpha1.OAuthSpec, string, string) tools.OAuth {
 	if r.Logins == nil {
 		return func(_ toolnexusv1alpha1.OAuthSpec, _, what string) tools.OAuth {
-			return oauth.Unusable(what + ".auth.oauth: this manager completes no logins (it was started without the login store)")
+			return oauth.Unusable(what + ".auth.oauth: this manager keeps no logins: it does not know its own namespace, where they live (set POD_NAMESPACE)")
 		}
 	}
 	ref := oauth.Run{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}
