@@ -260,4 +260,3 @@ var _ = Describe("A login's tokens expire", Ordered, func() {
 		Expect(grantSecrets(ns)).To(BeEmpty(), "the refused refresh forgot the login")
 	})
 })
-

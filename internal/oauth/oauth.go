@@ -327,7 +327,7 @@ func (h *Host) discover(ctx context.Context, target, base string, challenges []s
 	return Endpoints{
 		Resource: prm.Resource, Issuer: asm.Issuer, AuthURL: asm.AuthorizationEndpoint, TokenURL: asm.TokenEndpoint,
 		IssParameter: asm.AuthorizationResponseIssParameterSupported, AuthStyle: authStyle(asm.TokenEndpointAuthMethodsSupported),
-		Offline:      slices.Contains(asm.ScopesSupported, "offline_access"),
+		Offline: slices.Contains(asm.ScopesSupported, "offline_access"),
 	}, scopes, nil
 }
 

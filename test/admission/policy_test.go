@@ -345,13 +345,16 @@ var _ = Describe("A completed login", func() {
 
 	It("does not let the manager answer as system:oauth a request that is no login of its own, or decline as it", func() {
 		for _, edit := range []func(*toolnexusv1alpha1.PendingRequestSpec){
-			func(s *toolnexusv1alpha1.PendingRequestSpec) { s.Request.Kind = "approval"; s.Request.ID = "oauth:3f2a" },
+			func(s *toolnexusv1alpha1.PendingRequestSpec) {
+				s.Request.Kind = "approval"
+				s.Request.ID = "oauth:3f2a"
+			},
 			func(s *toolnexusv1alpha1.PendingRequestSpec) {
 				s.Request.Kind, s.Request.URL = "authorization", "https://tool.example.com/login" // a tool's own login
 			},
 		} {
 			preq := newRequestWith(ns, func(s *toolnexusv1alpha1.PendingRequestSpec) { edit(s); s.Approvers = approvers })
-			Expect(patchStatus(manager, preq, signedIn)).To(MatchError(ContainSubstring("user "+managerUser+" may not answer this request")))
+			Expect(patchStatus(manager, preq, signedIn)).To(MatchError(ContainSubstring("user " + managerUser + " may not answer this request")))
 		}
 		preq := login(approvers)
 		Expect(patchStatus(manager, preq, `{"status":{"answer":{"ok":false,"reason":"declined"},"answeredBy":"system:oauth"}}`)).

@@ -94,7 +94,7 @@ func (s *SecretStore) read(ctx context.Context, name string, into any) (version 
 		return "", false, fmt.Errorf("reading the login store: %w", err)
 	}
 	if err := json.Unmarshal(sec.Data[dataKey], into); err != nil {
-		return "", false, fmt.Errorf("Secret %s/%s of the login store cannot be read (%v); delete it to forget the login", s.Namespace, name, err)
+		return "", false, fmt.Errorf("the login store's Secret %s/%s cannot be read (%v); delete it to forget the login", s.Namespace, name, err)
 	}
 	return sec.ResourceVersion, true, nil
 }
