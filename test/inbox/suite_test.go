@@ -29,6 +29,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/testenv"
+	browsertest "github.com/toolnexus/operator/internal/testenv/browser"
 	"github.com/toolnexus/operator/internal/testenv/operator"
 )
 
@@ -43,7 +44,6 @@ var (
 	// second approver of a request that needs two).
 	plugin      string
 	kubeconfigs = map[string]string{}
-	chromium    string
 )
 
 func TestInbox(t *testing.T) {
@@ -54,9 +54,6 @@ func TestInbox(t *testing.T) {
 var _ = BeforeSuite(func() {
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
-	chromium, err = exec.LookPath("chromium")
-	Expect(err).NotTo(HaveOccurred(), "the inbox tests need a browser: install Debian's chromium package (make test-unit does: apt-get install -y chromium)")
-
 	dir := GinkgoT().TempDir()
 	By("building kubectl-toolnexus")
 	_, err = testenv.Build(dir, "./cmd/kubectl-toolnexus")
@@ -141,28 +138,9 @@ func startInbox(user, ns string) string {
 
 // newBrowser starts a headless Chromium for the spec with a window of width x height.
 func newBrowser(width, height int) context.Context {
-	// Chromium leaves its profile and a singleton directory in TMPDIR: both go in one directory
-	// that is removed once the browser is gone.
-	tmp, err := os.MkdirTemp("", "inbox-chromium-")
-	Expect(err).NotTo(HaveOccurred())
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.UserDataDir(filepath.Join(tmp, "profile")),
-		chromedp.Env("TMPDIR="+tmp),
-		chromedp.NoSandbox, // as root, Chromium refuses to start with its sandbox
-		chromedp.DisableGPU,
-		chromedp.WindowSize(width, height),
-		// Tests talk to loopback only: no name resolves but 127.0.0.1, whatever Chromium would fetch.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	browser, cancel := chromedp.NewContext(allocCtx)
-	DeferCleanup(func() {
-		cancel()
-		cancelAlloc()
-		Expect(os.RemoveAll(tmp)).To(Succeed())
-	})
-	Expect(chromedp.Do(browser)).To(Succeed(), "starting %s", chromium)
+	browser, stop := browsertest.Start(ctx, GinkgoT(), chromedp.WindowSize(width, height))
+	DeferCleanup(stop)
+	Expect(chromedp.Do(browser)).To(Succeed(), "starting chromium")
 	return browser
 }
 

@@ -3,12 +3,11 @@ package oauthtest
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	browsertest "github.com/toolnexus/operator/internal/testenv/browser"
 )
 
 // loginTimeout bounds one Login when ctx has no earlier deadline.
@@ -27,7 +26,7 @@ func Login(ctx context.Context, t T, authorizeURL, user, password string) (final
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, loginTimeout)
 	defer cancel()
-	browser, closeBrowser := newBrowser(ctx, t)
+	browser, closeBrowser := browsertest.Start(ctx, t)
 	defer closeBrowser()
 
 	if _, err := chromedp.RunResponse(browser, chromedp.Navigate(authorizeURL)); err != nil {
@@ -68,38 +67,4 @@ func page(browser context.Context, err error) (string, string, error) {
 func present(browser context.Context, selector chromedp.CSS) bool {
 	ok, err := chromedp.Run(browser, chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector(%q) !== null`, string(selector))))
 	return err == nil && ok
-}
-
-// newBrowser starts a headless Chromium, as test/inbox does; closeBrowser stops it and removes its
-// profile.
-func newBrowser(ctx context.Context, t T) (browser context.Context, closeBrowser func()) {
-	t.Helper()
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("oauthtest: signing in needs a browser: install Debian's chromium package (make chromium does: apt-get install -y chromium)")
-	}
-	// Chromium leaves its profile and a singleton directory in TMPDIR: both go in one directory
-	// that is removed once the browser is gone.
-	tmp, err := os.MkdirTemp("", "oauthtest-chromium-")
-	if err != nil {
-		t.Fatalf("oauthtest: %v", err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.UserDataDir(filepath.Join(tmp, "profile")),
-		chromedp.Env("TMPDIR="+tmp),
-		chromedp.NoSandbox, // as root, Chromium refuses to start with its sandbox
-		chromedp.DisableGPU,
-		// Tests talk to loopback only: no name resolves but 127.0.0.1, whatever Chromium would fetch.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	browser, cancel := chromedp.NewContext(allocCtx)
-	return browser, func() {
-		cancel()
-		cancelAlloc()
-		if err := os.RemoveAll(tmp); err != nil {
-			t.Errorf("oauthtest: removing the browser's profile: %v", err)
-		}
-	}
 }
