@@ -153,6 +153,22 @@ var _ = Describe("AgentRun admission", func() {
 					"secretKeyRef": map[string]any{"name": "s", "key": "k"}}},
 			}}},
 		}}, "a header needs exactly one of value or valueFrom"),
+		Entry("auth.oauth with an Authorization header of its own", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a",
+				"headers": []any{map[string]any{"name": "authorization", "value": "Bearer x"}},
+				"auth":    map[string]any{"oauth": map[string]any{"clientID": "toolnexus"}}}},
+		}}, "auth.oauth sends the Authorization header: remove it from headers"),
+		Entry("auth.oauth without a client", map[string]any{"spec.mcpServers": []any{
+			map[string]any{"name": "gh", "url": "http://a", "auth": map[string]any{"oauth": map[string]any{}}},
+		}}, "spec.mcpServers[0].auth.oauth.clientID: Required value"),
+		Entry("auth.oauth with a scope holding a space", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a",
+				"auth": map[string]any{"oauth": map[string]any{"clientID": "c", "scopes": []any{"read write"}}}}},
+		}}, "spec.tools[0].http.auth.oauth.scopes[0] in body should match"),
+		Entry("auth.oauth with an unknown token scope", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a",
+				"auth": map[string]any{"oauth": map[string]any{"clientID": "c", "tokenScope": "Namespace"}}}},
+		}}, `Unsupported value: "Namespace": supported values: "Requester", "Agent", "Run"`),
 		Entry("unknown HTTP method", map[string]any{"spec.tools": []any{
 			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a", "method": "TRACE"}},
 		}}, `Unsupported value: "TRACE"`),

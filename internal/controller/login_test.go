@@ -178,6 +178,38 @@ var _ = Describe("Logins the operator completes", Ordered, func() {
 		}
 	})
 
+	It("signs a confidential client in with its secret, never shown, and forgets a login whose Secret is deleted", func() {
+		conf := oauthtest.StartAuthServer(GinkgoT(), oauthtest.AuthServerOptions{RedirectURIs: []string{redirectURL()}, Confidential: true})
+		ns := newNamespace()
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cal-oauth", Namespace: ns},
+			StringData: map[string]string{"secret": conf.Secret}})).To(Succeed())
+		res := oauthtest.StartHTTPResource(GinkgoT(), conf, oauthtest.ResourceOptions{})
+		model := callsUntilAnswered("who_whoami")
+		confidential := func(name string) *toolnexusv1alpha1.AgentRun {
+			run := signedInRun(ns, name, "erin", model.URL, res.URL, conf, false)
+			run.Spec.Tools[0].HTTP.Auth.OAuth.ClientSecretRef = &toolnexusv1alpha1.SecretKeyReference{Name: "cal-oauth", Key: "secret"}
+			return run
+		}
+		first := confidential("first")
+		Expect(k8sClient.Create(ctx, first)).To(Succeed())
+		signIn(loginRequest(first, conf), conf, "alice")
+		Eventually(phaseOf(first), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(getRun(first).Status.Text).To(Equal("the tool said: alice"))
+		for _, hay := range haystackOf(first) {
+			for _, secret := range conf.Issued() {
+				Expect(hay).NotTo(ContainSubstring(secret), "a token or the client secret leaked")
+			}
+		}
+
+		grants := grantSecrets(ns)
+		Expect(grants).To(HaveLen(1))
+		Expect(grants[0].Annotations).To(HaveKeyWithValue(login.ScopeAnnotation, "Requester erin"))
+		Expect(k8sClient.Delete(ctx, &grants[0])).To(Succeed())
+		second := confidential("second")
+		Expect(k8sClient.Create(ctx, second)).To(Succeed())
+		loginRequest(second, conf)
+	})
+
 	It("refuses a callback with a wrong state or another issuer, storing nothing and leaving the request open", func() {
 		ns := newNamespace()
 		res := oauthtest.StartHTTPResource(GinkgoT(), as, oauthtest.ResourceOptions{})

@@ -324,3 +324,34 @@ func TestSlackQuorumEscapes(t *testing.T) {
 		}
 	}
 }
+
+func TestSlackLogin(t *testing.T) {
+	login := opened
+	login.Kind, login.Login = "authorization", true
+	login.Prompt, login.URL = "Sign in at as.example.com so that who_whoami can reach https://cal.example.com as you.", "https://as.example.com/authorize?state=s"
+	raw, err := Slack(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := allText(decodeSlack(t, raw))
+	if !strings.Contains(text, "*Sign in at*\n<https://as.example.com/authorize?state=s>") {
+		t.Errorf("the login's message lacks its link:\n%s", text)
+	}
+	if strings.Contains(text, "kubectl toolnexus approve") || !strings.Contains(text, "kubectl toolnexus decline buy-gpu-1-call-1") {
+		t.Errorf("signing in answers a login: only declining is offered, got:\n%s", text)
+	}
+
+	done := login
+	done.Event, done.Answer = Answered, &Answer{OK: true, AnsweredBy: "system:oauth"}
+	raw, err = Slack(done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decodeSlack(t, raw)
+	if want := "Sign-in for request buy-gpu-1-call-1 of run team-a/buy-gpu completed; the run goes on"; m.Text != want {
+		t.Errorf("text = %q, want %q", m.Text, want)
+	}
+	if strings.Contains(allText(m), "as.example.com/authorize") {
+		t.Errorf("a completed login's message still offers the link:\n%s", allText(m))
+	}
+}
