@@ -84,7 +84,7 @@ func Slack(m Message) ([]byte, error) {
 	if m.Prompt != "" {
 		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn("*Prompt*\n" + codeBlock(m.Prompt, slackPromptLimit)))})
 	}
-	if m.URL != "" && !(m.Login && m.Event == Answered) {
+	if m.URL != "" && (!m.Login || m.Event != Answered) {
 		blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn("*Sign in at*\n" + link(m.URL)))})
 	}
 	blocks = append(blocks, slackBlock{Type: "section", Text: ptr(mrkdwn(
