@@ -80,13 +80,13 @@ FLAKE_FLAGS ?=
 test-flakes: manifests generate kustomize helm chromium ## Run FLAKE_PKGS (default ./...) FLAKE_RUNS times, shuffled with a new seed each run; count failures per test.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go run ./hack/flakes -runs $(FLAKE_RUNS) $(FLAKE_FLAGS) $(FLAKE_PKGS)
 
-# The inbox's browser tests (test/inbox) drive Debian's chromium; as root it is installed when
+# The browser tests (test/inbox, the logins of internal/controller and test/e2e) drive Debian's chromium; as root it is installed when
 # missing, otherwise the target stops and names the package.
 .PHONY: chromium
-chromium: ## Install Debian's chromium package, which the inbox's browser tests drive, when it is missing.
+chromium: ## Install Debian's chromium package, which the browser tests (inbox, logins) drive, when it is missing.
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
-	  else echo "The inbox's browser tests (test/inbox) need Debian's chromium package: sudo apt-get install -y chromium" >&2; exit 1; fi; }
+	  else echo "The browser tests (test/inbox, the logins) need Debian's chromium package: sudo apt-get install -y chromium" >&2; exit 1; fi; }
 
 .PHONY: inbox-screenshots
 inbox-screenshots: manifests generate chromium ## Run the inbox's browser tests and save the README's screenshots into docs/images.
@@ -110,7 +110,7 @@ bench: manifests generate ## Benchmarks: resume latency, throughput, parked scal
 	go test ./internal/controller/policy -run '^$$' -bench 'Check100Policies' -benchmem
 
 .PHONY: test-e2e
-test-e2e: manifests generate ## Run the e2e tests: built binaries, local control plane, real kubectl.
+test-e2e: manifests generate chromium ## Run the e2e tests: built binaries, local control plane, real kubectl, a browser for logins.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) -tags e2e ./test/e2e/
 
 ##@ Local
