@@ -66,8 +66,8 @@ test: ## Run every suite (test-unit, test-examples, test-e2e, test-chaos) even w
 	MAKE="$(MAKE)" hack/test-all.sh test-unit test-examples test-e2e test-chaos
 
 .PHONY: test-unit
-test-unit: manifests generate kustomize helm chromium ## Run the unit and envtest integration tests (go test ./...), test/chart included.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./...
+test-unit: manifests generate kustomize chromium ## Run the unit and envtest integration tests (go test ./...), test/chart included.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-examples
 test-examples: manifests generate ## Run the examples' suites (their own modules, on pkg/toolnexustest).
@@ -77,7 +77,7 @@ FLAKE_RUNS ?= 10
 FLAKE_PKGS ?= ./...
 FLAKE_FLAGS ?=
 .PHONY: test-flakes
-test-flakes: manifests generate kustomize helm chromium ## Run FLAKE_PKGS (default ./...) FLAKE_RUNS times, shuffled with a new seed each run; count failures per test.
+test-flakes: manifests generate kustomize chromium ## Run FLAKE_PKGS (default ./...) FLAKE_RUNS times, shuffled with a new seed each run; count failures per test.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MCP_EVERYTHING="$$(hack/mcp-everything.sh)" go run ./hack/flakes -runs $(FLAKE_RUNS) $(FLAKE_FLAGS) $(FLAKE_PKGS)
 
 # The browser tests (test/inbox, the logins of internal/controller and test/e2e) drive Debian's chromium; as root it is installed when
@@ -246,8 +246,8 @@ helm-lint: helm ## helm lint the chart, and render it with every optional object
 	$(HELM) template toolnexus $(CHART) -n toolnexus-system --set serviceMonitor.enabled=true,networkPolicy.enabled=true,namespace.create=true >/dev/null
 
 .PHONY: test-chart
-test-chart: helm kustomize ## The chart renders what config/default renders, the krew manifest has its shape.
-	HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./test/chart/
+test-chart: ## The chart renders what config/default renders (Helm SDK, kustomize API), the krew manifest has its shape.
+	go test $(GO_TEST_FLAGS) ./test/chart/
 
 .PHONY: helm
 helm: $(HELM)

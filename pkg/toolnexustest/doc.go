@@ -14,6 +14,9 @@
 //     certificate users (Env.Grant binds them a role), Env.WaitForRequest and Env.WaitForPhase wait
 //     on runs, and Approve, Decline and Answer answer a request as a given user's client, bound to
 //     the request they were given (answer.requestUID).
+//   - A suite that installs and runs the operator its own way (a Helm chart, a GitOps tool, the
+//     manager's binary) uses the model, the tool server, the answers and the package-level
+//     WaitForRequest and WaitForPhase, which read as the client they are given, without Start.
 //
 // Start needs the control plane's binaries (kube-apiserver, etcd, kubectl): the directory
 // KUBEBUILDER_ASSETS names, or else, in a checkout of the operator, what its hack/controlplane.sh

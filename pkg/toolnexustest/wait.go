@@ -26,11 +26,17 @@ const pollInterval = 100 * time.Millisecond
 // WaitForRequest waits until run has an open PendingRequest (created for this run, by its UID, and
 // not answered, expired or cancelled) and returns it, as the administrator reads it.
 func (e *Env) WaitForRequest(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (*toolnexusv1alpha1.PendingRequest, error) {
+	return WaitForRequest(ctx, e.Admin, run)
+}
+
+// WaitForRequest is Env.WaitForRequest reading as c, for a suite that installs and runs the
+// operator its own way (a Helm chart, a GitOps tool) and has no Env.
+func WaitForRequest(ctx context.Context, c client.Client, run *toolnexusv1alpha1.AgentRun) (*toolnexusv1alpha1.PendingRequest, error) {
 	var open *toolnexusv1alpha1.PendingRequest
 	seen := 0
 	err := poll(ctx, func(ctx context.Context) (bool, error) {
 		var list toolnexusv1alpha1.PendingRequestList
-		if err := e.Admin.List(ctx, &list, client.InNamespace(run.Namespace),
+		if err := c.List(ctx, &list, client.InNamespace(run.Namespace),
 			client.MatchingLabels{toolnexusv1alpha1.RunLabel: run.Name}); err != nil {
 			return false, err
 		}
@@ -67,10 +73,15 @@ func isOpen(p *toolnexusv1alpha1.PendingRequest) bool {
 // WaitForPhase waits until run's status.phase is phase and returns the run as then read. A run that
 // ends in another phase (Succeeded, Incomplete, Failed) is an error naming it and why it ended.
 func (e *Env) WaitForPhase(ctx context.Context, run *toolnexusv1alpha1.AgentRun, phase toolnexusv1alpha1.RunPhase) (*toolnexusv1alpha1.AgentRun, error) {
+	return WaitForPhase(ctx, e.Admin, run, phase)
+}
+
+// WaitForPhase is Env.WaitForPhase reading as c, for a suite without an Env.
+func WaitForPhase(ctx context.Context, c client.Client, run *toolnexusv1alpha1.AgentRun, phase toolnexusv1alpha1.RunPhase) (*toolnexusv1alpha1.AgentRun, error) {
 	got := &toolnexusv1alpha1.AgentRun{}
 	var ended error
 	err := poll(ctx, func(ctx context.Context) (bool, error) {
-		if err := e.Admin.Get(ctx, client.ObjectKeyFromObject(run), got); err != nil {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(run), got); err != nil {
 			return false, err
 		}
 		if got.Status.Phase == phase {

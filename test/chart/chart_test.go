@@ -1,19 +1,17 @@
 // Package chart checks that charts/toolnexus-operator installs what config/ installs: rendered
 // with its default values it must give the objects `kustomize build config/default` gives, with
 // the differences listed in intentionalDifferences; its values must reach the manager's flags;
-// it must install, upgrade and uninstall on a real API server (install_test.go); and
-// plugins/toolnexus.yaml must have the shape krew reads.
+// and plugins/toolnexus.yaml must have the shape krew reads. test/e2e installs, upgrades and
+// uninstalls the chart on a real API server with the manager running.
 //
-// It renders with the pinned helm and kustomize binaries (`make helm kustomize`; HELM and
-// KUSTOMIZE override their paths): the Helm v4 SDK would raise golang.org/x and kyaml versions in
-// go.mod that the rest of the tree builds against.
+// It renders as `helm template` and `kustomize build` do, with the Helm v4 SDK and the kustomize
+// API (the versions go.mod pins, those of the Makefile's helm and kustomize).
 package chart
 
 import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,7 +19,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/strvals"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolnexus/operator/internal/testenv"
@@ -48,44 +52,44 @@ var intentionalDifferences = map[string]string{
 	"/v1, Kind=Namespace//" + namespace: "left to --create-namespace unless namespace.create=true",
 }
 
-func tool(t *testing.T, env, name, target string) string {
-	t.Helper()
-	bin := os.Getenv(env)
-	if bin == "" {
-		bin = filepath.Join(testenv.RepoRoot(), "bin", name)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s not found (%v): run `make %s`, or set %s to a %s binary", bin, err, target, env, name)
-	}
-	return bin
-}
-
-func run(t *testing.T, bin string, args ...string) []byte {
-	t.Helper()
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", cmd, err, stderr.String())
-	}
-	return out
-}
-
+// kustomize builds config/<dir> as `kustomize build` does.
 func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	return decode(t, run(t, tool(t, "KUSTOMIZE", "kustomize", "kustomize"), "build", filepath.Join(testenv.RepoRoot(), "config", dir)))
+	built, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(testenv.RepoRoot(), "config", dir))
+	if err != nil {
+		t.Fatalf("kustomize build config/%s: %v", dir, err)
+	}
+	out, err := built.AsYaml()
+	if err != nil {
+		t.Fatalf("kustomize build config/%s: %v", dir, err)
+	}
+	return decode(t, out)
 }
 
-// helmTemplate renders the chart as the release toolnexus in toolnexus-system, CRDs included,
-// with --set values.
+// helmTemplate renders the chart as `helm template toolnexus charts/toolnexus-operator
+// --namespace toolnexus-system --include-crds` does, with --set values.
 func helmTemplate(t *testing.T, set ...string) []*unstructured.Unstructured {
 	t.Helper()
-	args := []string{"template", releaseName, chartDir, "--namespace", namespace, "--include-crds"}
-	for _, s := range set {
-		args = append(args, "--set", s)
+	chart, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("loading %s: %v", chartDir, err)
 	}
-	return decode(t, run(t, tool(t, "HELM", "helm", "helm"), args...))
+	values := map[string]any{}
+	for _, s := range set {
+		if err := strvals.ParseInto(s, values); err != nil {
+			t.Fatalf("--set %s: %v", s, err)
+		}
+	}
+	install := action.NewInstall(action.NewConfiguration())
+	install.DryRunStrategy = action.DryRunClient
+	install.ReleaseName, install.Namespace = releaseName, namespace
+	install.Replace = true
+	install.IncludeCRDs = true
+	released, err := install.Run(chart, values)
+	if err != nil {
+		t.Fatalf("helm template %v: %v", set, err)
+	}
+	return decode(t, []byte(released.(*releasev1.Release).Manifest))
 }
 
 func decode(t *testing.T, data []byte) []*unstructured.Unstructured {

@@ -21,10 +21,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/toolnexus/operator/internal/loop/looptest"
 	"github.com/toolnexus/operator/internal/testenv"
-	"github.com/toolnexus/operator/internal/tools"
-	"github.com/toolnexus/operator/internal/tools/toolstest"
+	"github.com/toolnexus/operator/pkg/toolnexustest"
 )
 
 // exportedSpan is a span the receiver got, with the service.name of its resource.
@@ -139,15 +137,15 @@ func TestTraces(t *testing.T) {
 		callerSpan  = "00f067aa0ba902b7"
 	)
 	receiver := startReceiver(t)
-	model := looptest.New(t,
-		looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "deploy", Arguments: `{"service":"checkout"}`}),
+	model := toolnexustest.NewModel(t,
+		toolnexustest.ToolCalls(toolnexustest.ToolCall{ID: "call_1", Name: "deploy", Arguments: `{"service":"checkout"}`}),
 		// A model that echoes the run's API key: the recorded output must not.
-		looptest.OpenAIText("deployed with key "+key))
-	toolServer := toolstest.Serve(t, func(c toolstest.Call) (int, string) {
+		toolnexustest.Text("deployed with key "+key))
+	toolServer := toolnexustest.NewToolServer(t, func(c toolnexustest.Call) toolnexustest.ToolReply {
 		if c.Answer != nil {
-			return 200, "deployed"
+			return toolnexustest.OK("deployed")
 		}
-		return 200, toolstest.Pending(tools.Request{Kind: tools.KindApproval, Prompt: "Deploy checkout?"})
+		return toolnexustest.NeedsApproval("Deploy checkout?")
 	})
 
 	probeAddr := freeAddr(t)
@@ -178,7 +176,7 @@ spec:
     description: Deploys a service.
     parameters: {type: object, properties: {service: {type: string}}}
     http: {url: "%s/deploy"}
-`, callerTrace, callerSpan, model.URL, toolServer.URL)
+`, callerTrace, callerSpan, model.URL(), toolServer.URL())
 	if out, err := k.as("admin", manifest, "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

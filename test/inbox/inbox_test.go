@@ -17,16 +17,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
-	"github.com/toolnexus/operator/internal/loop/looptest"
-	"github.com/toolnexus/operator/internal/tools/toolstest"
+	"github.com/toolnexus/operator/pkg/toolnexustest"
 )
 
 // newRun is a run of prompt against the fake model, its agent spec completed by configure.
-func newRun(ns, name, prompt string, model *looptest.Server, configure func(*toolnexusv1alpha1.AgentSpec)) *toolnexusv1alpha1.AgentRun {
+func newRun(ns, name, prompt string, model *toolnexustest.Model, configure func(*toolnexusv1alpha1.AgentSpec)) *toolnexusv1alpha1.AgentRun {
 	run := &toolnexusv1alpha1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: prompt, AgentSpec: toolnexusv1alpha1.AgentSpec{
-			Model: toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: model.URL},
+			Model: toolnexusv1alpha1.ModelSpec{Name: "m", BaseURL: model.URL()},
 		}},
 	}
 	configure(&run.Spec.AgentSpec)
@@ -34,18 +33,18 @@ func newRun(ns, name, prompt string, model *looptest.Server, configure func(*too
 }
 
 // httpTool is an HTTP tool at the fake tool server.
-func httpTool(name string, ts *toolstest.Server) toolnexusv1alpha1.ToolSpec {
+func httpTool(name string, ts *toolnexustest.ToolServer) toolnexusv1alpha1.ToolSpec {
 	return toolnexusv1alpha1.ToolSpec{
 		Name: name, Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"type":"object"}`)},
-		HTTP: &toolnexusv1alpha1.HTTPToolSpec{URL: ts.URL + "/" + name},
+		HTTP: &toolnexusv1alpha1.HTTPToolSpec{URL: ts.URL() + "/" + name},
 	}
 }
 
 // purchaseRun is a run whose purchase tool needs alice's approval.
-func purchaseRun(ns string, ts *toolstest.Server) *toolnexusv1alpha1.AgentRun {
-	model := looptest.New(GinkgoT(),
-		looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "purchase", Arguments: `{"amount":5000,"item":"gpu"}`}),
-		looptest.OpenAIText("Bought the gpu."))
+func purchaseRun(ns string, ts *toolnexustest.ToolServer) *toolnexusv1alpha1.AgentRun {
+	model := toolnexustest.NewModel(GinkgoT(),
+		toolnexustest.ToolCalls(toolnexustest.ToolCall{ID: "call_1", Name: "purchase", Arguments: `{"amount":5000,"item":"gpu"}`}),
+		toolnexustest.Text("Bought the gpu."))
 	return newRun(ns, "buy-gpu", "buy a gpu", model, func(a *toolnexusv1alpha1.AgentSpec) {
 		a.Tools = []toolnexusv1alpha1.ToolSpec{httpTool("purchase", ts)}
 		a.Approvals = []toolnexusv1alpha1.ApprovalGate{{Tools: []string{"purchase"}, Prompt: "Approve buying {{.arguments}}?"}}
@@ -68,27 +67,16 @@ func openRequestPage(user string, preq *toolnexusv1alpha1.PendingRequest, width,
 	return browser
 }
 
-func purchaseTool() *toolstest.Server {
-	return toolstest.Serve(GinkgoT(), func(toolstest.Call) (int, string) { return http.StatusOK, "purchased" })
+func purchaseTool() *toolnexustest.ToolServer {
+	return toolnexustest.NewToolServer(GinkgoT(), func(toolnexustest.Call) toolnexustest.ToolReply { return toolnexustest.OK("purchased") })
 }
 
-// openRequest waits for the run's PendingRequest.
+// openRequest waits for the run's open PendingRequest.
 func openRequest(run *toolnexusv1alpha1.AgentRun) *toolnexusv1alpha1.PendingRequest {
 	GinkgoHelper()
-	list := &toolnexusv1alpha1.PendingRequestList{}
-	Eventually(func() ([]toolnexusv1alpha1.PendingRequest, error) {
-		err := admin.List(ctx, list, client.InNamespace(run.Namespace))
-		return list.Items, err
-	}, eventually).Should(HaveLen(1))
-	return &list.Items[0]
-}
-
-func phase(run *toolnexusv1alpha1.AgentRun) func() (toolnexusv1alpha1.RunPhase, error) {
-	return func() (toolnexusv1alpha1.RunPhase, error) {
-		got := &toolnexusv1alpha1.AgentRun{}
-		err := admin.Get(ctx, client.ObjectKeyFromObject(run), got)
-		return got.Status.Phase, err
-	}
+	preq, err := env.WaitForRequest(ctx, run)
+	Expect(err).NotTo(HaveOccurred())
+	return preq
 }
 
 var _ = Describe("The inbox", func() {
@@ -139,7 +127,8 @@ var _ = Describe("The inbox", func() {
 		buy := purchaseRun(ns, ts)
 		Expect(admin.Create(ctx, buy)).To(Succeed())
 		preq := openRequest(buy)
-		Eventually(phase(buy), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSuspended))
+		_, err := env.WaitForPhase(ctx, buy, toolnexusv1alpha1.RunPhaseSuspended)
+		Expect(err).NotTo(HaveOccurred())
 
 		browser := openRequestPage("bob", preq, 1100, 800)
 		Expect(load(browser, chromedp.Click(chromedp.CSS(`button[value=approve]`)))).To(BeEquivalentTo(http.StatusForbidden))
@@ -155,9 +144,9 @@ var _ = Describe("The inbox", func() {
 	It("answers an MCP form elicitation through the form it generates from the schema", func() {
 		ns := newNamespace()
 		mcpURL, received := deployServer()
-		model := looptest.New(GinkgoT(),
-			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "ops_deploy", Arguments: `{"service":"web"}`}),
-			looptest.OpenAIText("Deployed."))
+		model := toolnexustest.NewModel(GinkgoT(),
+			toolnexustest.ToolCalls(toolnexustest.ToolCall{ID: "call_1", Name: "ops_deploy", Arguments: `{"service":"web"}`}),
+			toolnexustest.Text("Deployed."))
 		deploy := newRun(ns, "deploy-web", "deploy web", model, func(a *toolnexusv1alpha1.AgentSpec) {
 			a.MCPServers = []toolnexusv1alpha1.MCPServerSpec{{Name: "ops", URL: mcpURL}}
 		})
@@ -186,12 +175,12 @@ var _ = Describe("The inbox", func() {
 var _ = Describe("The inbox's question form", func() {
 	It("sends the options alice picks, and the model receives them", func() {
 		ns := newNamespace()
-		model := looptest.New(GinkgoT(),
-			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "question", Arguments: `{"questions":[` +
+		model := toolnexustest.NewModel(GinkgoT(),
+			toolnexustest.ToolCalls(toolnexustest.ToolCall{ID: "call_1", Name: "question", Arguments: `{"questions":[` +
 				`{"question":"Which region?","options":["eu","us"]},` +
 				`{"question":"Which sizes?","options":["S","M","L"],"multiple":true},` +
 				`{"question":"Why?"}]}`}),
-			looptest.OpenAIText("Noted."))
+			toolnexustest.Text("Noted."))
 		ask := newRun(ns, "ask", "ask me", model, func(a *toolnexusv1alpha1.AgentSpec) {
 			a.Builtins = []toolnexusv1alpha1.Builtin{"question"}
 		})
@@ -208,11 +197,10 @@ var _ = Describe("The inbox's question form", func() {
 		Eventually(text(browser, "#run-phase"), eventually).Should(Equal("Succeeded"))
 
 		requests := model.Requests()
-		chat, err := requests[len(requests)-1].Chat()
+		last, err := requests[len(requests)-1].LastMessage()
 		Expect(err).NotTo(HaveOccurred())
-		last := chat.Messages[len(chat.Messages)-1]
 		Expect(last.Role).To(Equal("tool"))
-		Expect(last.Text()).To(MatchJSON(`{"answers":[{"question":"Which region?","answer":"eu"},` +
+		Expect(last.Text).To(MatchJSON(`{"answers":[{"question":"Which region?","answer":"eu"},` +
 			`{"question":"Which sizes?","answer":["S","L"]},{"question":"Why?","answer":"closer to users"}]}`))
 	})
 })
@@ -220,15 +208,15 @@ var _ = Describe("The inbox's question form", func() {
 var _ = Describe("The inbox's sign-in page", func() {
 	It("links to the login and resumes the tool when alice has signed in", func() {
 		ns := newNamespace()
-		ts := toolstest.Serve(GinkgoT(), func(c toolstest.Call) (int, string) {
+		ts := toolnexustest.NewToolServer(GinkgoT(), func(c toolnexustest.Call) toolnexustest.ToolReply {
 			if c.Answer == nil {
-				return http.StatusOK, `{"auth_required":true,"auth_url":"http://127.0.0.1:9/login?state=x","auth_id":"a1"}`
+				return toolnexustest.AuthRequired("http://127.0.0.1:9/login?state=x", "a1")
 			}
-			return http.StatusOK, "3 new issues"
+			return toolnexustest.OK("3 new issues")
 		})
-		model := looptest.New(GinkgoT(),
-			looptest.OpenAIToolCalls(looptest.ToolCall{ID: "call_1", Name: "issues", Arguments: `{}`}),
-			looptest.OpenAIText("You have 3 new issues."))
+		model := toolnexustest.NewModel(GinkgoT(),
+			toolnexustest.ToolCalls(toolnexustest.ToolCall{ID: "call_1", Name: "issues", Arguments: `{}`}),
+			toolnexustest.Text("You have 3 new issues."))
 		issues := newRun(ns, "issues", "any new issues?", model, func(a *toolnexusv1alpha1.AgentSpec) {
 			a.Tools = []toolnexusv1alpha1.ToolSpec{httpTool("issues", ts)}
 		})

@@ -1,7 +1,8 @@
 // Package inbox_test drives `kubectl toolnexus inbox` with a real headless Chromium against a real
-// API server: the manager runs in-process as its ServiceAccount with config/rbac and
-// config/policies installed, the inbox runs as the built plugin with a person's kubeconfig, and
-// the browser clicks through its pages as that person would.
+// API server: pkg/toolnexustest, the kit people who build on the operator use, installs
+// config/rbac and config/policies and runs the manager in-process as its ServiceAccount, and
+// scripts the model and the tool servers; the inbox runs as the built plugin with a person's
+// kubeconfig, and the browser clicks through its pages as that person would.
 //
 // Chromium is Debian's chromium package (make test-unit installs it). Without it the suite fails.
 // INBOX_SCREENSHOTS=docs/images (a directory, relative to the repository root) saves the pages the
@@ -22,23 +23,21 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/testenv"
 	browsertest "github.com/toolnexus/operator/internal/testenv/browser"
-	"github.com/toolnexus/operator/internal/testenv/operator"
+	"github.com/toolnexus/operator/pkg/toolnexustest"
 )
 
 const eventually = 30 * time.Second
 
 var (
-	testEnv *testenv.Env
-	ctx     = context.Background()
-	admin   client.Client
+	env *toolnexustest.Env
+	ctx = context.Background()
+	// admin is the control plane's administrator.
+	admin client.Client
 	// plugin is the built kubectl-toolnexus; kubeconfigs are alice's (an answerer, the runs'
 	// approver), bob's (an answerer RBAC allows, but no approver) and carol's (an answerer, the
 	// second approver of a request that needs two).
@@ -52,7 +51,6 @@ func TestInbox(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
 	dir := GinkgoT().TempDir()
 	By("building kubectl-toolnexus")
@@ -60,19 +58,16 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	plugin = filepath.Join(dir, "kubectl-toolnexus")
 
-	By("installing config/rbac and config/policies")
-	testEnv = testenv.Start(GinkgoT(), testenv.Options{Install: []string{"rbac", "policies"}})
-	admin = testEnv.Client
-	// Both answer (answerer) and read transcripts (viewer, which the built-in view aggregates).
-	for _, role := range []string{"toolnexus-answerer", "toolnexus-agentrun-viewer"} {
-		testEnv.Bind(GinkgoT(), "test-"+role, role, testenv.Users("alice", "bob", "carol")...)
-	}
-	By("waiting for RBAC to grant alice, bob and carol their roles")
+	By("installing config/rbac and config/policies, and running the manager")
+	env = toolnexustest.Start(GinkgoT(), toolnexustest.Options{Logs: GinkgoWriter})
+	admin = env.Admin
+	By("granting alice, bob and carol the answerer's and the viewer's roles")
 	for _, name := range []string{"alice", "bob", "carol"} {
-		user := testEnv.User(GinkgoT(), name)
+		user := env.User(GinkgoT(), name)
 		kubeconfigs[name] = user.Kubeconfig
-		testEnv.WaitAllowed(GinkgoT(), user.User, testenv.Access("patch", "pendingrequests/status"),
-			testenv.Access("watch", "pendingrequests"), testenv.Access("get", "agentrunrecords"))
+		// Both answer (answerer) and read transcripts (viewer, which the built-in view aggregates).
+		env.Grant(GinkgoT(), toolnexustest.RoleAnswerer, user)
+		env.Grant(GinkgoT(), toolnexustest.RoleViewer, user)
 	}
 
 	// The policies are enforced, and discovery serves the CRDs to new clients, a moment after
@@ -100,17 +95,10 @@ var _ = BeforeSuite(func() {
 			return string(out), nil
 		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(ContainSubstring(want), user)
 	}
-
-	runManager(testEnv.Manager(GinkgoT()).Config)
 })
 
-// runManager runs the operator with the manager's identity until the suite ends.
-func runManager(cfg *rest.Config) {
-	operator.New(GinkgoT(), cfg, nil).Start(GinkgoT())
-}
-
 func newNamespace() string {
-	return testEnv.Namespace(GinkgoT(), "inbox-")
+	return env.Namespace(GinkgoT(), "inbox-")
 }
 
 // startInbox runs `kubectl toolnexus -n ns inbox` as user until the spec ends and returns the URL
