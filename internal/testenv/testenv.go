@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,18 +171,23 @@ func Install(ctx context.Context, c client.Client, dirs ...string) error {
 			}
 		}
 	}
-	return waitServed(ctx, c)
+	return waitServed(ctx, c, slices.Contains(dirs, "policies"))
 }
 
 // waitServed waits until an AgentRun can be created: an admission policy over a kind of a CRD just
 // established refuses its creates (ServiceUnavailable, "Resource kind ... not found") until the
-// API server publishes the kind's schema, a few seconds later.
-func waitServed(ctx context.Context, c client.Client) error {
+// API server publishes the kind's schema, a few seconds later. With the policies installed it
+// waits, too, until they apply: the requester stamp fills spec.requestedBy in.
+func waitServed(ctx context.Context, c client.Client, policies bool) error {
 	probe := &toolnexusv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "install-probe", Namespace: ManagerNamespace},
 		Spec: toolnexusv1alpha1.AgentRunSpec{Prompt: "probe", AgentSpec: toolnexusv1alpha1.AgentSpec{Model: toolnexusv1alpha1.ModelSpec{Name: "probe"}}}}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		created := probe.DeepCopy()
+		err := c.Create(ctx, created, client.DryRunAll)
+		if err == nil && policies && created.Spec.RequestedBy == "" {
+			err = errors.New("the admission policies do not apply yet (spec.requestedBy is not stamped)")
+		}
 		if err == nil || time.Now().After(deadline) {
 			if err != nil {
 				return fmt.Errorf("an AgentRun cannot be created after the install: %w", err)
