@@ -64,7 +64,9 @@ func (h *Host) Complete(ctx context.Context, q url.Values, waiting func(context.
 	if err != nil {
 		return nil, err
 	}
-	tok, err := cfg.Exchange(h.clientContext(ctx), code, oauth2.VerifierOption(l.Verifier),
+	exchangeCtx, cancel := context.WithTimeout(ctx, exchangeTimeout)
+	defer cancel()
+	tok, err := cfg.Exchange(h.clientContext(exchangeCtx), code, oauth2.VerifierOption(l.Verifier),
 		oauth2.SetAuthURLParam("resource", l.Endpoints.Resource))
 	if err != nil {
 		return nil, Refuse("exchanging the code at %s failed: %s", l.Endpoints.TokenURL, explain(err))

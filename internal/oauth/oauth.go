@@ -39,6 +39,13 @@ const LoginLifetime = 24 * time.Hour
 // expiryDelta is how long before its expiry an access token is refreshed rather than sent.
 const expiryDelta = 30 * time.Second
 
+// exchangeTimeout bounds a discovery, a code exchange or a refresh: a server that never answers
+// holds the call that asked no longer.
+const exchangeTimeout = 30 * time.Second
+
+// maxURLLen bounds each URL discovery learns, which the store keeps and a request shows.
+const maxURLLen = 2048
+
 // Key names a login's tokens: whose they are (the token scope of the tool's spec: Scope and
 // Subject, in Namespace), for which client, and where they may go (Base: the MCP server's URL, or
 // the HTTP tool's URL up to its first placeholder).
@@ -197,7 +204,9 @@ func (s *signer) Token(ctx context.Context, target, rejected string) (string, er
 	if err != nil {
 		return "", err
 	}
-	tok, err := cfg.TokenSource(s.host.clientContext(ctx), &oauth2.Token{RefreshToken: g.Token.RefreshToken}).Token()
+	refreshCtx, cancel := context.WithTimeout(ctx, exchangeTimeout)
+	defer cancel()
+	tok, err := cfg.TokenSource(s.host.clientContext(refreshCtx), &oauth2.Token{RefreshToken: g.Token.RefreshToken}).Token()
 	if retrieve := (*oauth2.RetrieveError)(nil); errors.As(err, &retrieve) {
 		// The server refused the refresh (revoked, expired): the login is forgotten, and the
 		// call parks on a new one.
@@ -223,7 +232,9 @@ func (s *signer) Login(ctx context.Context, target string, challenges []string) 
 	if s.host.RedirectURL == "" {
 		return tools.Request{}, errors.New("the manager has no --oauth-redirect-url, so it cannot complete a login; ask the platform team to set it")
 	}
-	ep, scopes, err := s.host.discover(ctx, target, s.key.Base, challenges)
+	discoverCtx, cancel := context.WithTimeout(ctx, exchangeTimeout)
+	defer cancel()
+	ep, scopes, err := s.host.discover(discoverCtx, target, s.key.Base, challenges)
 	if err != nil {
 		return tools.Request{}, err
 	}
@@ -321,8 +332,17 @@ func (h *Host) discover(ctx context.Context, target, base string, challenges []s
 	if !slices.Contains(asm.CodeChallengeMethodsSupported, "S256") {
 		return Endpoints{}, nil, fmt.Errorf("authorization server %s does not support PKCE with S256", issuer)
 	}
+	for name, u := range map[string]string{"resource": prm.Resource, "issuer": asm.Issuer,
+		"authorization_endpoint": asm.AuthorizationEndpoint, "token_endpoint": asm.TokenEndpoint} {
+		if len(u) > maxURLLen || u == "" {
+			return Endpoints{}, nil, fmt.Errorf("authorization server %s: its %s is empty or longer than %d bytes", issuer, name, maxURLLen)
+		}
+	}
 	if len(scopes) == 0 {
 		scopes = prm.ScopesSupported
+	}
+	if len(scopes) > 32 {
+		scopes = scopes[:32] // a spec names at most 32; a resource that lists more gets the first
 	}
 	return Endpoints{
 		Resource: prm.Resource, Issuer: asm.Issuer, AuthURL: asm.AuthorizationEndpoint, TokenURL: asm.TokenEndpoint,
