@@ -147,7 +147,7 @@ func (in *inbox) requestView(ctx context.Context, key client.ObjectKey, errMsg s
 	if d := pr.Spec.Request.Data; d != nil && len(d.Raw) > 0 && string(d.Raw) != "{}" {
 		v.Data = notify.Printable(prettyJSON(string(d.Raw), ""))
 	}
-	v.Login = pr.Spec.Request.Kind == tools.KindAuthorization && strings.HasPrefix(pr.Spec.Request.ID, tools.LoginIDPrefix)
+	v.Login = operatorLogin(pr)
 	v.SignedIn = v.Login && pr.Status.AnsweredBy == toolnexusv1alpha1.OAuthAnswerer && pr.Status.Answer != nil && pr.Status.Answer.OK
 	if a := pr.Status.Answer; a != nil {
 		v.Answer, v.AnsweredBy = notify.PrintableLine(describeAnswer(a)), notify.PrintableLine(orUnknown(pr.Status.AnsweredBy))

@@ -13,6 +13,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/notify"
+	"github.com/toolnexus/operator/internal/tools"
 )
 
 // isOpen reports whether a request still waits for an answer.
@@ -192,11 +193,16 @@ func (o *options) runShow(ctx context.Context, name string) error {
 		// The commands carry the uid shown above: pasted, they answer this request and no other
 		// one opened under its name since.
 		commands := notify.Commands(req.Kind, pr.Namespace, pr.Name, string(pr.UID))
-		if needsQuorum(pr) {
+		switch {
+		case needsQuorum(pr):
 			commands = notify.QuorumCommands(pr.Namespace, pr.Name, string(pr.UID))
 			fmt.Fprintf(&b, "  none yet; the manager records it once %d approve or one declines.\n", pr.Spec.Required)
 			b.WriteString("  Add your entry, approving or declining this request (uid " + string(pr.UID) + "), with:\n")
-		} else {
+		case operatorLogin(pr):
+			commands = commands[len(commands)-1:]
+			b.WriteString("  none yet; the operator answers it once someone signs in at the URL above (the login is whoever\n" +
+				"  signs in, for the token scope in Data). Or decline this request (uid " + string(pr.UID) + ") with:\n")
+		default:
 			b.WriteString("  none yet; answer this request (uid " + string(pr.UID) + ") with:\n")
 		}
 		for _, c := range commands {
@@ -246,4 +252,10 @@ func phaseOf(pr *toolnexusv1alpha1.PendingRequest) string {
 // indentLines indents every line of s after the first by n spaces, to continue a field.
 func indentLines(s string, n int) string {
 	return strings.ReplaceAll(s, "\n", "\n"+strings.Repeat(" ", n))
+}
+
+// operatorLogin reports whether pr is a login the operator completes itself (SPEC §12): signing in
+// answers it, nobody else does but to decline.
+func operatorLogin(pr *toolnexusv1alpha1.PendingRequest) bool {
+	return pr.Spec.Request.Kind == tools.KindAuthorization && strings.HasPrefix(pr.Spec.Request.ID, tools.LoginIDPrefix)
 }
