@@ -237,6 +237,8 @@ func TestValuesReachTheManager(t *testing.T) {
 		"manager.denyCIDRs={10.0.0.0/8,192.168.0.0/16}",
 		"manager.allowCIDRs={10.1.2.3/32}",
 		"manager.auditSinkURL=https://audit.example/events",
+		"manager.oauthRedirectURL=https://toolnexus.example/oauth/callback",
+		"manager.oauthCallbackPort=8082",
 		"manager.traceContent=true",
 		"manager.extraArgs={--zap-log-level=debug}",
 		"otel.endpoint=http://collector:4318",
@@ -273,6 +275,8 @@ func TestValuesReachTheManager(t *testing.T) {
 		"--deny-cidrs=10.0.0.0/8,192.168.0.0/16",
 		"--allow-cidrs=10.1.2.3/32",
 		"--audit-sink-url=https://audit.example/events",
+		"--oauth-redirect-url=https://toolnexus.example/oauth/callback",
+		"--oauth-callback-bind-address=:8082",
 		"--trace-content",
 		"--zap-log-level=debug",
 	}
@@ -287,6 +291,16 @@ func TestValuesReachTheManager(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantEnv, c["env"]); diff != "" {
 		t.Errorf("manager env (-want +got):\n%s", diff)
+	}
+	if svc, ok := objs["/v1, Kind=Service/"+namespace+"/toolnexus-oauth-callback"]; !ok {
+		t.Error("no Service toolnexus-oauth-callback with manager.oauthCallbackPort set")
+	} else if port, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports"); len(port) != 1 || port[0].(map[string]any)["targetPort"] != "oauth-callback" {
+		t.Errorf("Service toolnexus-oauth-callback ports = %v, want one to the container port oauth-callback", port)
+	}
+	if ports, _, _ := unstructured.NestedSlice(c, "ports"); !slices.ContainsFunc(ports, func(p any) bool {
+		return p.(map[string]any)["name"] == "oauth-callback" && fmt.Sprint(p.(map[string]any)["containerPort"]) == "8082"
+	}) {
+		t.Errorf("container ports = %v, want oauth-callback 8082", ports)
 	}
 	if got, _, _ := unstructured.NestedString(c, "resources", "limits", "memory"); got != "1Gi" {
 		t.Errorf("memory limit = %q, want 1Gi", got)
