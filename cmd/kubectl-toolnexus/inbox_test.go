@@ -16,6 +16,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/testenv"
+	"github.com/toolnexus/operator/internal/tools"
 )
 
 func TestLoopbackAddress(t *testing.T) {
@@ -257,6 +258,43 @@ func TestRequestPageEscapes(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page does not hold %s", want)
 		}
+	}
+}
+
+// A login the operator completes: the page shows the link and whose login it becomes, offers
+// only to decline, and once the operator answered says the sign-in completed.
+func TestRequestPageOfALogin(t *testing.T) {
+	pr := request("authorization", `{"issuer":"https://as.example.com","tokenScope":"Requester erin"}`)
+	pr.Name, pr.Namespace = "r", "ns"
+	pr.Spec.Request.ID, pr.Spec.Request.URL = tools.LoginIDPrefix+"3f2a", "https://as.example.com/authorize?state=s"
+	scheme, err := testenv.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(pr *toolnexusv1alpha1.PendingRequest) string {
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pr).WithStatusSubresource(pr).Build()
+		in := newInbox(&options{client: c}, c, "")
+		var b strings.Builder
+		if err := inboxTemplates.ExecuteTemplate(&b, "request.html", in.requestView(t.Context(), client.ObjectKeyFromObject(pr), "")); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	page := render(pr)
+	for _, want := range []string{`href="https://as.example.com/authorize?state=s"`, "The operator completes this request itself", "(Requester erin)", `value="decline"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the login's page does not hold %s", want)
+		}
+	}
+	if strings.Contains(page, `value="signed-in"`) {
+		t.Error("the login's page offers \"I have signed in\": only signing in answers it")
+	}
+
+	done := pr.DeepCopy()
+	done.Status.Answer = &toolnexusv1alpha1.Answer{ID: pr.Spec.Request.ID, OK: true}
+	done.Status.AnsweredBy = toolnexusv1alpha1.OAuthAnswerer
+	if page := render(done); !strings.Contains(page, "Sign-in completed") {
+		t.Errorf("the answered login's page does not say the sign-in completed:\n%s", page)
 	}
 }
 
