@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "strings"
+
 // MaxDelegationDepth bounds how deep sub-agent calls go: a run whose spec.delegatedBy.path holds
 // this many runs makes no further sub-agent call (the call's result says so), so an agent that
 // calls itself, directly or through others, ends.
@@ -61,3 +63,17 @@ const (
 	// it as root → child).
 	RunPathAnnotation = "toolnexus.dev/run-path"
 )
+
+// RunPath is the path from the root run to the request's run that RunPathAnnotation records;
+// nil for a request of a run nobody delegated, or a path longer than delegation goes.
+func (p *PendingRequest) RunPath() []string {
+	v := p.Annotations[RunPathAnnotation]
+	if v == "" {
+		return nil
+	}
+	path := strings.SplitN(v, "/", MaxDelegationDepth+2)
+	if len(path) > MaxDelegationDepth+1 {
+		return nil
+	}
+	return path
+}
