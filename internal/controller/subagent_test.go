@@ -18,6 +18,7 @@ import (
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/controller"
 	"github.com/toolnexus/operator/internal/loop/looptest"
+	"github.com/toolnexus/operator/internal/telemetry"
 	"github.com/toolnexus/operator/internal/testenv/operator"
 	"github.com/toolnexus/operator/internal/tools"
 	"github.com/toolnexus/operator/internal/tools/toolstest"
@@ -98,6 +99,8 @@ var _ = Describe("Sub-agents", func() {
 		Expect(child.Spec.DelegatedBy).To(Equal(&toolnexusv1alpha1.Delegation{Path: []string{"lab-order"},
 			ParentUID: string(parent.UID), RootUID: string(parent.UID), CallID: "call_1"}))
 		Expect(child.Labels).To(Equal(map[string]string{toolnexusv1alpha1.RootRunLabel: "lab-order", toolnexusv1alpha1.ParentRunLabel: "lab-order"}))
+		Expect(child.Annotations[toolnexusv1alpha1.TraceparentAnnotation]).To(HavePrefix("00-"+telemetry.TraceID(string(parent.UID)).String()+"-"),
+			"the child's trace is a child of the parent's call")
 		owner := metav1.GetControllerOf(child)
 		Expect(owner).NotTo(BeNil())
 		Expect(owner.UID).To(Equal(parent.UID))

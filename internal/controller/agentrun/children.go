@@ -140,8 +140,12 @@ func (r *Reconciler) startChild(ctx context.Context, parent *toolnexusv1alpha1.A
 		return notCalled(call, "sub-agent calls go at most %d deep, and this run is %d deep (%s); answer without it",
 			toolnexusv1alpha1.MaxDelegationDepth, depth, notify.PathText(pathOf(parent)))
 	}
-	agent := &toolnexusv1alpha1.Agent{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: parent.Namespace, Name: call.Agent}, agent); apierrors.IsNotFound(err) {
+	agent, key := &toolnexusv1alpha1.Agent{}, client.ObjectKey{Namespace: parent.Namespace, Name: call.Agent}
+	err := r.Get(ctx, key, agent)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, agent) // created a moment ago, before the cache saw it
+	}
+	if apierrors.IsNotFound(err) {
 		return notCalled(call, "there is no Agent %s in namespace %s", call.Agent, parent.Namespace)
 	} else if err != nil {
 		return notCalled(call, "reading Agent %s: %s", call.Agent, clip.Marked(err.Error(), 512))
@@ -151,7 +155,7 @@ func (r *Reconciler) startChild(ctx context.Context, parent *toolnexusv1alpha1.A
 		return notCalled(call, "%v", err)
 	}
 	child := want.DeepCopy()
-	err := r.Create(ctx, child)
+	err = r.Create(ctx, child)
 	if apierrors.IsAlreadyExists(err) {
 		if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), child); err == nil {
 			if why := adoptable(child, parent, want); why != "" {
@@ -346,6 +350,15 @@ func markLineage(preq *toolnexusv1alpha1.PendingRequest, run *toolnexusv1alpha1.
 	preq.Annotations[toolnexusv1alpha1.RunPathAnnotation] = strings.Join(pathOf(run), "/")
 }
 
+// rootUIDOfRequest indexes a delegated run's request by its root's uid: every reconcile of a root
+// run looks its sub-runs' requests up, which a label selector would do by scanning the namespace.
+func rootUIDOfRequest(obj client.Object) []string {
+	if uid := obj.GetLabels()[toolnexusv1alpha1.RootRunUIDLabel]; uid != "" {
+		return []string{uid}
+	}
+	return nil
+}
+
 // openRequest reports whether a request still waits for an answer.
 func openRequest(preq *toolnexusv1alpha1.PendingRequest) bool {
 	return preq.Status.Answer == nil && preq.Status.Phase != toolnexusv1alpha1.RequestPhaseCancelled
@@ -358,8 +371,7 @@ func (r *Reconciler) openBelow(ctx context.Context, s *scope) ([]toolnexusv1alph
 		return nil, nil
 	}
 	var list toolnexusv1alpha1.PendingRequestList
-	if err := r.List(ctx, &list, client.InNamespace(s.run.Namespace),
-		client.MatchingLabels{toolnexusv1alpha1.RootRunUIDLabel: string(s.run.UID)}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(s.run.Namespace), client.MatchingFields{rootRunIndexField: string(s.run.UID)}); err != nil {
 		return nil, fmt.Errorf("listing the requests of the run's sub-runs: %w", err)
 	}
 	items := list.Items

@@ -70,6 +70,7 @@ const (
 	secretNamesIndexField = "spec.secretNames"
 	agentRefIndexField    = "spec.agentRef.name"
 	ownerRunIndexField    = "metadata.ownerRun"
+	rootRunIndexField     = "metadata.rootRun"
 	actionStep            = "Step"
 	actionAnswer          = "Answer"
 )

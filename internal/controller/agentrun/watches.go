@@ -52,6 +52,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, ownerRunIndexField, runOfRequest); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.PendingRequest{}, rootRunIndexField, rootUIDOfRequest); err != nil {
+		return err
+	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.Agent{}, secretNamesIndexField, secretNames); err != nil {
 		return err
 	}
