@@ -169,6 +169,18 @@ var _ = Describe("Sub-agents", func() {
 		}
 	})
 
+	It("stops waiting on a child at the parent's suspension timeout, cancels it and tells the model", func() {
+		Expect(k8sClient.Create(ctx, purchasingAgent(ns))).To(Succeed())
+		run := delegatingRun(ns, "impatient-order", "purchasing", delegating("buyer", `{"prompt":"buy a gpu"}`, "said: "))
+		run.Spec.Suspension.Timeout = &metav1.Duration{Duration: 3 * time.Second}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		child := onlyChild(run)
+		waitSuspended(child, 1)
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(getRun(run).Status.Text).To(Equal("said: agentrun " + child.Name + " on purchasing did not finish within 3s (last status: running); it was cancelled"))
+		Eventually(func() string { return reasonOf(child) }, eventually).Should(Equal(toolnexusv1alpha1.ReasonCancelled))
+	})
+
 	It("ends a cycle at the depth bound: an agent whose tool is itself", func() {
 		model := delegating("again", `{"prompt":"look deeper"}`, "depth answer: ")
 		agent := &toolnexusv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "recursive", Namespace: ns},
