@@ -183,7 +183,7 @@ type OAuthSpec struct {
 }
 
 // ToolSpec declares one tool the model may call.
-// +kubebuilder:validation:XValidation:rule="has(self.http)",message="a tool needs exactly one implementation: set http"
+// +kubebuilder:validation:XValidation:rule="[has(self.http), has(self.agentRef)].filter(x, x).size() == 1",message="a tool needs exactly one implementation: set one of http or agentRef"
 type ToolSpec struct {
 	// name the model calls the tool by.
 	// +required
@@ -206,6 +206,13 @@ type ToolSpec struct {
 	// http makes the tool an HTTP call.
 	// +optional
 	HTTP *HTTPToolSpec `json:"http,omitempty"`
+
+	// agentRef makes the tool another Agent of the namespace (a sub-agent): a call creates a run of
+	// that Agent, owned by this one, and its final text is the tool's output. Without parameters
+	// the tool takes one argument, prompt, the child's prompt; with parameters the arguments, as
+	// JSON, are the child's prompt. See the README, "Sub-agents".
+	// +optional
+	AgentRef *AgentReference `json:"agentRef,omitempty"`
 }
 
 // MCPServerSpec connects a remote MCP server over streamable HTTP. Its tools are named
@@ -407,6 +414,7 @@ type AgentReference struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.suspension) || !has(oldSelf.suspension) || self.suspension == oldSelf.suspension",message="spec.suspension is immutable after creation; create a new AgentRun instead",fieldPath=".suspension"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot be added or removed after creation; create a new AgentRun instead"
 // +kubebuilder:validation:XValidation:rule="has(self.requestedBy) == has(oldSelf.requestedBy)",message="spec.requestedBy cannot be added or removed after creation: it records who created the run"
+// +kubebuilder:validation:XValidation:rule="has(self.delegatedBy) == has(oldSelf.delegatedBy)",message="spec.delegatedBy cannot be added or removed after creation: the operator sets it when a sub-agent call creates the run"
 type AgentRunSpec struct {
 	// agentRef names the Agent this run runs. At its first step the run snapshots the Agent's
 	// spec; editing or deleting the Agent afterwards does not change the run. Exactly one of
@@ -443,6 +451,13 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.requestedBy is immutable: it records who created the run"
 	RequestedBy string `json:"requestedBy,omitempty"`
+
+	// delegatedBy names the runs that delegated this one, when a sub-agent call (tools[].agentRef)
+	// created it. The operator sets it; a create by anyone else that sets it is refused (the
+	// toolnexus-requester-rules admission policy).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.delegatedBy is immutable: it records which run created this one"
+	DelegatedBy *Delegation `json:"delegatedBy,omitempty"`
 }
 
 // RunPhase is a display summary of the run's conditions.
@@ -496,6 +511,11 @@ type PendingSummary struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	ToolCallID string `json:"toolCallID,omitempty"`
+	// run is the sub-run whose request this is, when it is not this run's own: a root run lists
+	// the open requests of every run its sub-agent calls created, at any depth.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Run string `json:"run,omitempty"`
 }
 
 // ToolCallSummary is one finished tool call, with its arguments and output truncated. The full

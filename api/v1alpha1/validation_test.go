@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/testenv"
 )
 
@@ -146,7 +147,20 @@ var _ = Describe("AgentRun admission", func() {
 		}}, `spec.tools[0].name in body should match '^[a-zA-Z0-9_-]{1,64}$'`),
 		Entry("tool with no implementation", map[string]any{"spec.tools": []any{
 			map[string]any{"name": "lookup"},
-		}}, "a tool needs exactly one implementation: set http"),
+		}}, "a tool needs exactly one implementation: set one of http or agentRef"),
+		Entry("tool that is both an HTTP call and an agent", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a"}, "agentRef": map[string]any{"name": "research"}},
+		}}, "a tool needs exactly one implementation: set one of http or agentRef"),
+		Entry("agent tool without an agent name", map[string]any{"spec.tools": []any{
+			map[string]any{"name": "research", "agentRef": map[string]any{"name": ""}},
+		}}, "spec.tools[0].agentRef.name in body should be at least 1 chars long"),
+		Entry("a delegation deeper than the bound", map[string]any{"spec.delegatedBy": map[string]any{
+			"path": pathOf(toolnexusv1alpha1.MaxDelegationDepth + 1), "parentUID": "u-e", "rootUID": "u-a", "callID": "call_1",
+		}}, fmt.Sprintf("spec.delegatedBy.path: Too many: %d: must have at most %d items",
+			toolnexusv1alpha1.MaxDelegationDepth+1, toolnexusv1alpha1.MaxDelegationDepth)),
+		Entry("a delegation without its parent", map[string]any{"spec.delegatedBy": map[string]any{
+			"path": []any{"a"}, "rootUID": "u-a", "callID": "call_1",
+		}}, "spec.delegatedBy.parentUID: Required value"),
 		Entry("header with both value and valueFrom", map[string]any{"spec.tools": []any{
 			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a", "headers": []any{
 				map[string]any{"name": "X-Token", "value": "v", "valueFrom": map[string]any{
@@ -277,6 +291,9 @@ var _ = Describe("AgentRun admission", func() {
 			"spec.ttlSecondsAfterFinished cannot be added or removed after creation"),
 		Entry("accepts cancel with the rest of the spec restated unchanged",
 			`{"spec":{"cancel":true,"prompt":"buy a gpu","maxTurns":10}}`, ""),
+		Entry("refuses a delegation added afterwards",
+			`{"spec":{"delegatedBy":{"path":["root"],"parentUID":"u-root","rootUID":"u-root","callID":"call_1"}}}`,
+			"spec.delegatedBy cannot be added or removed after creation: the operator sets it when a sub-agent call creates the run"),
 		Entry("accepts cancel", `{"spec":{"cancel":true}}`, ""),
 		Entry("accepts label changes", `{"metadata":{"labels":{"team":"a"}}}`, ""),
 	)
@@ -490,4 +507,13 @@ func nineSinks() []any {
 		out[i] = map[string]any{"name": fmt.Sprintf("sink-%d", i), "url": "http://a"}
 	}
 	return out
+}
+
+// pathOf is a delegation path of n runs.
+func pathOf(n int) []any {
+	path := make([]any, n)
+	for i := range path {
+		path[i] = fmt.Sprintf("run-%d", i)
+	}
+	return path
 }

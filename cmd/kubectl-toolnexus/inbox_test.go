@@ -419,3 +419,28 @@ func TestAnswerNeedsTheRequestThePageShowed(t *testing.T) {
 		t.Fatalf("the request's answer is %+v, want ok: true bound to uid the-new-one", a)
 	}
 }
+
+// A request of a run a sub-agent call created is shown with the path from the root run, in the
+// list and on its page.
+func TestInboxShowsASubAgentsPath(t *testing.T) {
+	pr := request("approval", "")
+	pr.Name, pr.Namespace = "r", "ns"
+	pr.Annotations = map[string]string{toolnexusv1alpha1.RunPathAnnotation: "lab-order/buy-gpu"}
+	scheme, err := testenv.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pr).Build()
+	in := newInbox(&options{client: c}, c, "")
+	if row := in.row(pr); row.Run != "lab-order → buy-gpu" {
+		t.Errorf("the list shows the run as %q, want the path from the root", row.Run)
+	}
+	v := in.requestView(t.Context(), client.ObjectKeyFromObject(pr), "")
+	var b strings.Builder
+	if err := inboxTemplates.ExecuteTemplate(&b, "request.html", v); err != nil {
+		t.Fatal(err)
+	}
+	if page := b.String(); !strings.Contains(page, "<dt>Run</dt><dd>lab-order → buy-gpu</dd>") {
+		t.Errorf("the page does not show the path:\n%s", page)
+	}
+}

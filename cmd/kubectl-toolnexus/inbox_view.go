@@ -56,7 +56,7 @@ func (in *inbox) row(pr *toolnexusv1alpha1.PendingRequest) requestRow {
 	}
 	return requestRow{
 		Approvals: approvals, Policy: policy,
-		Namespace: pr.Namespace, Name: pr.Name, Run: l(pr.Spec.RunRef.Name), Kind: l(pr.Spec.Request.Kind),
+		Namespace: pr.Namespace, Name: pr.Name, Run: l(runShown(pr)), Kind: l(pr.Spec.Request.Kind),
 		Prompt: l(oneLine(pr.Spec.Request.Prompt, 200)), Tool: l(pr.Spec.ToolCall.Name), Arguments: l(oneLine(pr.Spec.ToolCall.Arguments, 120)),
 		Approvers: l(approversText(pr.Spec.Approvers)), Age: age(pr.CreationTimestamp, now),
 		Expires: l(expiresText(pr.Spec.Request.ExpiresAt, now)),

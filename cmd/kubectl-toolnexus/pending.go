@@ -21,6 +21,15 @@ func isOpen(pr *toolnexusv1alpha1.PendingRequest) bool {
 	return pr.Status.Answer == nil && pr.Status.Phase != toolnexusv1alpha1.RequestPhaseCancelled
 }
 
+// runShown is the run a request belongs to, as a person reads it: for a run a sub-agent call
+// created, the path from the root run, root → child, since the root is what they started.
+func runShown(pr *toolnexusv1alpha1.PendingRequest) string {
+	if path := pr.RunPath(); len(path) > 1 {
+		return notify.PathText(path)
+	}
+	return pr.Spec.RunRef.Name
+}
+
 // openRequests are the open ones of items, by namespace and then oldest first.
 func openRequests(items []toolnexusv1alpha1.PendingRequest) []*toolnexusv1alpha1.PendingRequest {
 	var open []*toolnexusv1alpha1.PendingRequest
@@ -45,7 +54,9 @@ func newPendingCommand(o *options) *cobra.Command {
 		Long: `List the open PendingRequests: those without status.answer that were not cancelled.
 Answered, expired and cancelled requests are left out; kubectl get preq lists them all. Review one
 with kubectl toolnexus show NAME before answering it: it shows the tool call and its arguments, and
-prints the commands that answer that request and no other one opened under its name later.`,
+prints the commands that answer that request and no other one opened under its name later.
+A request of a run that a sub-agent call created shows, as its RUN, the path from the run that
+started it all: root → child.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.runPending(cmd.Context())
@@ -93,7 +104,7 @@ func (o *options) runPending(ctx context.Context) error {
 		if url == "" {
 			url = "<none>"
 		}
-		row := []string{pr.Name, pr.Spec.RunRef.Name, pr.Spec.Request.Kind, oneLine(pr.Spec.Request.Prompt, 60), url, age(pr.CreationTimestamp, now)}
+		row := []string{pr.Name, runShown(pr), pr.Spec.Request.Kind, oneLine(pr.Spec.Request.Prompt, 60), url, age(pr.CreationTimestamp, now)}
 		if quorum {
 			approvals, policy := "<none>", "<none>"
 			if needsQuorum(pr) {
@@ -148,6 +159,9 @@ func (o *options) runShow(ctx context.Context, name string) error {
 	field("Namespace", pr.Namespace)
 	field("UID", string(pr.UID))
 	field("Run", pr.Spec.RunRef.Name)
+	if path := pr.RunPath(); len(path) > 1 {
+		field("Delegated", notify.PathText(path))
+	}
 	field("Requested by", pr.Spec.RequestedBy)
 	if p := pr.Spec.Policy; p != nil {
 		field("Policy", fmt.Sprintf("%s (generation %d)", p.Name, p.Generation))

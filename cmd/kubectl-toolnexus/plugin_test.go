@@ -183,6 +183,18 @@ var _ = Describe("kubectl toolnexus", func() {
 			Expect(stdout).To(ContainSubstring("name: " + open.Name))
 		})
 
+		It("shows a sub-agent's request with the path from the run that started it", func() {
+			preq := newRequest(ns, "approval", approvers)
+			Expect(admin.Patch(ctx, preq, client.RawPatch(types.MergePatchType, []byte(
+				`{"metadata":{"annotations":{"`+toolnexusv1alpha1.RunPathAnnotation+`":"lab-order/buy-gpu"}}}`)))).To(Succeed())
+			stdout, _, err := kubectlToolnexus("alice", "-n", ns, "pending")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(stdout).To(MatchRegexp(preq.Name + `\s+lab-order → buy-gpu\s+approval\s+`))
+			stdout, _, err = kubectlToolnexus("alice", "-n", ns, "show", preq.Name)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(stdout).To(ContainSubstring("Run:         buy-gpu\nDelegated:   lab-order → buy-gpu\n"))
+		})
+
 		It("says so when nothing is open", func() {
 			stdout, stderr, err := kubectlToolnexus("alice", "-n", ns, "pending")
 			Expect(err).NotTo(HaveOccurred())

@@ -115,8 +115,15 @@ func (c *Client) wait(call *Call, o *execution, w *tools.Wait) (Call, bool) {
 		sw.Failures = 0
 	}
 	next := now.Add(interval)
-	if deadline, err := time.Parse(time.RFC3339Nano, sw.Deadline); err == nil && next.After(deadline) {
-		next = deadline
+	if deadline, err := time.Parse(time.RFC3339Nano, sw.Deadline); err == nil {
+		if handle.Woken && handle.PollError == "" {
+			// Its host wakes the call when the work ends (state.Wake): no look is scheduled before
+			// the deadline. A look that failed backs off as any other.
+			next = deadline
+		}
+		if next.After(deadline) {
+			next = deadline
+		}
 	}
 	sw.NextPoll = stamp(next)
 	return Call{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Args: string(args), Phase: PhaseWaiting,

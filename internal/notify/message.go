@@ -7,6 +7,7 @@ package notify
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	cloudevent "github.com/cloudevents/sdk-go/v2/event"
@@ -33,6 +34,9 @@ type Message struct {
 	Event Event
 	// Namespace, Name and UID identify the PendingRequest; Run is its AgentRun.
 	Namespace, Name, UID, Run string
+	// Path is, for a request of a run a sub-agent call created, the runs from the root to Run (Run
+	// last); empty for a run nobody delegated.
+	Path []string
 	// Kind, Prompt and URL are the request's (URL only for authorization).
 	Kind, Prompt, URL string
 	// Login says the request is a login the operator completes itself once someone signs in at
@@ -103,8 +107,12 @@ type data struct {
 	Name      string `json:"name"`
 	// UID is the request's metadata.uid: an answer that carries it as answer.requestUID is
 	// refused by the API server for any other request of the same name.
-	UID        string     `json:"uid"`
-	Run        string     `json:"run"`
+	UID string `json:"uid"`
+	Run string `json:"run"`
+	// RootRun and Path are set for a request of a sub-agent's run: the root run, and the runs
+	// from it to Run.
+	RootRun    string     `json:"rootRun,omitempty"`
+	Path       []string   `json:"path,omitempty"`
 	Kind       string     `json:"kind"`
 	Prompt     string     `json:"prompt,omitempty"`
 	URL        string     `json:"url,omitempty"`
@@ -146,6 +154,9 @@ type toolCall struct {
 func CloudEvent(m Message) ([]byte, error) {
 	d := data{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Run: m.Run, Kind: m.Kind, Prompt: m.Prompt, URL: m.URL,
 		ToolCall: toolCall{Name: m.Tool, Arguments: m.Arguments}}
+	if len(m.Path) > 1 {
+		d.RootRun, d.Path = m.Path[0], m.Path
+	}
 	if len(m.Users)+len(m.Groups) > 0 {
 		d.Approvers = &approvers{Users: m.Users, Groups: m.Groups}
 	}
@@ -176,4 +187,16 @@ func CloudEvent(m Message) ([]byte, error) {
 		return nil, fmt.Errorf("building the CloudEvent: %w", err)
 	}
 	return json.Marshal(e)
+}
+
+// PathText is a delegation path as people read it: root → child.
+func PathText(path []string) string { return strings.Join(path, " → ") }
+
+// where is the run a request belongs to, as a message names it: namespace/run, or for a sub-agent's
+// run namespace/root → … → run.
+func (m Message) where() string {
+	if len(m.Path) > 1 {
+		return m.Namespace + "/" + PathText(m.Path)
+	}
+	return m.Namespace + "/" + m.Run
 }

@@ -55,6 +55,8 @@ func TestCloudEvent(t *testing.T) {
 	single := answered
 	single.Policy, single.Required = "prod-changes", 1
 	single.Approvals = []Approval{{User: "alice", OK: true}} // an entry on a request answered directly is no quorum's
+	delegated := opened
+	delegated.Path = []string{"orders", "buy-gpu"}
 	for _, tc := range []struct {
 		name     string
 		in       Message
@@ -88,6 +90,10 @@ func TestCloudEvent(t *testing.T) {
 			Namespace: "team-a", Name: "buy-gpu-1-call-1", UID: "4b1e", Run: "buy-gpu", Kind: "approval", Prompt: "Approve purchase of gpu?",
 			Approvers: &approvers{Users: []string{"alice"}, Groups: []string{"buyers"}},
 			ToolCall:  toolCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}, OK: &ok, AnsweredBy: "alice", Policy: "prod-changes"}},
+		{"opened in a sub-agent's run", delegated, "dev.toolnexus.pendingrequest.opened", "4b1e/opened", data{
+			Namespace: "team-a", Name: "buy-gpu-1-call-1", UID: "4b1e", Run: "buy-gpu", RootRun: "orders", Path: []string{"orders", "buy-gpu"},
+			Kind: "approval", Prompt: "Approve purchase of gpu?", Approvers: &approvers{Users: []string{"alice"}, Groups: []string{"buyers"}},
+			ToolCall: toolCall{Name: "approve_purchase", Arguments: `{"item":"gpu"}`}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			raw, err := CloudEvent(tc.in)

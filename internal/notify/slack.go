@@ -45,7 +45,7 @@ func mrkdwn(s string) slackText { return slackText{Type: "mrkdwn", Text: s, Verb
 // request's author, model or tool wrote is escaped for mrkdwn and shown in code blocks, where
 // it cannot format itself into something that looks like the message's own commands.
 func Slack(m Message) ([]byte, error) {
-	where := fmt.Sprintf("%s/%s", m.Namespace, m.Run)
+	where := m.where()
 	var headline string
 	switch m.Event {
 	case Opened:

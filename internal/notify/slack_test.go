@@ -68,6 +68,24 @@ func TestSlackOpened(t *testing.T) {
 	}
 }
 
+// A request of a sub-agent's run names the path from the root run, which is what its answerer
+// started.
+func TestSlackOpenedInASubAgentsRun(t *testing.T) {
+	delegated := opened
+	delegated.Path = []string{"orders", "buy-gpu"}
+	raw, err := Slack(delegated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decodeSlack(t, raw)
+	if want := "Run team-a/orders → buy-gpu waits for an approval: Approve purchase of gpu?"; m.Text != want {
+		t.Errorf("text = %q, want %q", m.Text, want)
+	}
+	if text := allText(m); !strings.Contains(text, "*Run*\nteam-a/orders → buy-gpu") {
+		t.Errorf("the message lacks the path:\n%s", text)
+	}
+}
+
 func TestSlackAnsweredAndExpired(t *testing.T) {
 	answered := opened
 	answered.Event, answered.Answer = Answered, &Answer{OK: false, Reason: "over budget", AnsweredBy: "alice"}

@@ -92,6 +92,7 @@ func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1a
 	case s != nil && s.Approvers != nil && (len(s.Approvers.Users) > 0 || len(s.Approvers.Groups) > 0):
 		preq.Spec.Approvers = s.Approvers.DeepCopy()
 	}
+	markLineage(preq, run)
 	if audit {
 		preq.Finalizers = []string{toolnexusv1alpha1.AuditFinalizer}
 	}

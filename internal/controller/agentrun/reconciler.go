@@ -70,6 +70,7 @@ const (
 	secretNamesIndexField = "spec.secretNames"
 	agentRefIndexField    = "spec.agentRef.name"
 	ownerRunIndexField    = "metadata.ownerRun"
+	rootRunIndexField     = "metadata.rootRun"
 	actionStep            = "Step"
 	actionAnswer          = "Answer"
 )
@@ -124,7 +125,8 @@ type Policies interface {
 }
 
 // Why each permission is there (the manager's ClusterRole is generated from these markers):
-//   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished.
+//   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished; create: the
+//     child run of a sub-agent call; patch: its spec.cancel when the parent stops waiting on it.
 //   - agentruns/status get/patch: the run's status; agentruns/finalizers update: the controller
 //     owner references it sets on requests and records (clusters that enforce
 //     OwnerReferencesPermissionEnforcement require it).
@@ -138,7 +140,7 @@ type Policies interface {
 //     a missing Secret starts when it appears.
 //   - events create/patch: transition events on runs.
 //
-// +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns/status,verbs=get;patch
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests,verbs=get;list;watch;create
@@ -162,8 +164,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	// with this reconcile.
 	defer s.outcome.release()
 	defer func() { res, err = r.close(ctx, s, res, err) }()
-	for _, phase := range []phase{r.snapshotPhase, r.inFlightPhase, r.stepEndPhase, r.announcePhase, r.answersPhase,
-		r.preparePhase, r.startPhase, r.submitPhase} {
+	for _, phase := range []phase{r.snapshotPhase, r.inFlightPhase, r.stepEndPhase, r.announcePhase, r.childrenPhase,
+		r.answersPhase, r.preparePhase, r.startPhase, r.submitPhase} {
 		out, err := phase(ctx, s)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -209,11 +211,14 @@ func (r *Reconciler) open(ctx context.Context, req ctrl.Request) (*scope, ctrl.R
 		r.store.Forget(req.NamespacedName)
 		r.Metrics.Waits.Set(req.Namespace, req.String(), nil)
 	}
+	if apierrors.IsNotFound(err) {
+		return nil, ctrl.Result{}, r.cancelOrphans(ctx, req.NamespacedName)
+	}
 	if err != nil {
-		return nil, ctrl.Result{}, client.IgnoreNotFound(err)
+		return nil, ctrl.Result{}, err
 	}
 	if !run.DeletionTimestamp.IsZero() {
-		return nil, ctrl.Result{}, nil
+		return nil, ctrl.Result{}, r.cancelChildren(ctx, run, nil, "the run that started it is being deleted")
 	}
 	if finished(run) {
 		res, err := r.reconcileFinished(ctx, run)
@@ -284,7 +289,11 @@ func (r *Reconciler) project(ctx context.Context, s *scope) error {
 	if err := r.syncRequests(ctx, s); err != nil {
 		return err
 	}
-	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
+	below, err := r.openBelow(ctx, s)
+	if err != nil {
+		return err
+	}
+	setStatus(s.run, s.rec, append(openSummaries(s), below...), s.progress, s.now)
 	key := runKey(s.run)
 	r.Metrics.Waits.Set(key.Namespace, key.String(), waitsOf(s.rec.State))
 	r.owe(s) // an end no record holds (the record was unreadable) is reported all the same
@@ -427,7 +436,7 @@ func (r *Reconciler) answersPhase(ctx context.Context, s *scope) (phaseOut, erro
 // preparePhase builds the run's spec with its Secrets for the next step. A missing Secret makes
 // the run wait (the Secret's watch wakes it); a spec that cannot run ends it.
 func (r *Reconciler) preparePhase(ctx context.Context, s *scope) (phaseOut, error) {
-	rt, err := r.prepare(ctx, s.run, s.spec, r.Metrics.Observe)
+	rt, err := r.prepare(ctx, s.run, s.spec, s.rec.State.Turn, r.Metrics.Observe)
 	var missing *kube.MissingSecretError
 	var invalid *runspec.Error
 	switch {
@@ -492,8 +501,12 @@ func (r *Reconciler) owe(s *scope) {
 	r.steps.owe(runKey(s.run), s.run.UID, !s.startedAtLoad && s.rec.Started(), !s.endedAtLoad && s.rec.State.Ended())
 }
 
-// reconcileFinished deletes a finished run once ttlSecondsAfterFinished has passed.
+// reconcileFinished cancels what a finished run's sub-agent calls left going, and deletes the run
+// once ttlSecondsAfterFinished has passed.
 func (r *Reconciler) reconcileFinished(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (ctrl.Result, error) {
+	if err := r.cancelChildren(ctx, run, nil, "the run that started it ended"); err != nil {
+		return ctrl.Result{}, err
+	}
 	ttl := run.Spec.TTLSecondsAfterFinished
 	if ttl == nil || run.Status.CompletionTime == nil {
 		return ctrl.Result{}, nil

@@ -142,6 +142,8 @@ func newDecisionEnv(t *testing.T, objs ...client.Object) *decisionEnv {
 	e.c = fake.NewClientBuilder().WithScheme(scheme).
 		WithStatusSubresource(&toolnexusv1alpha1.PendingRequest{}, &toolnexusv1alpha1.AgentRun{}).
 		WithObjects(objs...).
+		WithIndex(&toolnexusv1alpha1.AgentRun{}, ownerRunIndexField, runOfRequest).
+		WithIndex(&toolnexusv1alpha1.PendingRequest{}, rootRunIndexField, rootUIDOfRequest).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 				if obj.GetUID() == "" {

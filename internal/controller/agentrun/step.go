@@ -124,10 +124,11 @@ type stepper struct {
 	trace telemetry.Run
 }
 
-// prepare builds the run's spec with its Secrets, without network I/O but the API server's. Secret
+// prepare builds the run's spec with its Secrets, without network I/O but the API server's, for a
+// step of turn (the turn whose calls it runs: a sub-agent call's child is named after it). Secret
 // values for headers are resolved at call time; the API key is read now because every model
 // request needs it.
-func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRun, spec *toolnexusv1alpha1.AgentRunSpec, observe func(loop.Event)) (*stepper, error) {
+func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRun, spec *toolnexusv1alpha1.AgentRunSpec, turn int, observe func(loop.Event)) (*stepper, error) {
 	apiKey := ""
 	if ref := spec.Model.APIKeySecretRef; ref != nil {
 		var err error
@@ -164,7 +165,7 @@ func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRu
 		},
 		HTTPClient: r.HTTPClient, IdempotencyPrefix: string(run.UID), OnEvent: observe, Clock: r.Clock.Now,
 		Tracer: r.Tracing.Loop(trace), MaxToolCallsPerTurn: r.MaxToolCallsPerTurn,
-		Policies: r.policyGates(run), OAuth: r.signIn(run),
+		Policies: r.policyGates(run), OAuth: r.signIn(run), SubAgents: r.subAgents(run, turn),
 	})
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
+	"github.com/toolnexus/operator/internal/tools/wire"
 )
 
 // A call waiting on external work (an MCP task, state.Wait) parks its run like a request does: no
@@ -33,11 +34,15 @@ const (
 // its task until its own TTL, and the event says so.
 func (r *Reconciler) cancelWait(ctx context.Context, s *scope, e state.Effect) {
 	w := e.Wait
+	if w != nil && w.Kind == wire.WaitKindAgentRun {
+		r.cancelWaitedChild(ctx, s, w.ID, e.Message)
+		return
+	}
 	if w == nil || w.Kind != tools.WaitKindMCPTask {
 		return
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("run", klog.KObj(s.run), "task", w.ID, "server", w.Server)
-	rt, err := r.prepare(ctx, s.run, s.spec, r.Metrics.Observe)
+	rt, err := r.prepare(ctx, s.run, s.spec, s.rec.State.Turn, r.Metrics.Observe)
 	if err != nil {
 		log.Error(err, "Cannot build the run's MCP servers to cancel its task")
 		return

@@ -28,7 +28,8 @@ import (
 
 // SetupWithManager registers the reconciler and its watches: AgentRuns (spec changes only), answers
 // to and deletions of their PendingRequests, the appearance of Secrets and Agents they wait for,
-// and the end of their steps.
+// the end of their steps, and for sub-agent calls the end of their child runs and the requests of
+// their delegated runs (children.go).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil || r.Recorder == nil || r.Clock == nil || r.Metrics == nil || r.Executor == nil || r.HTTPClient == nil {
 		return errors.New("the AgentRun Reconciler needs APIReader, Recorder, Clock, Metrics, Executor and HTTPClient")
@@ -48,6 +49,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, agentRefIndexField, agentOfRun); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.AgentRun{}, ownerRunIndexField, runOfRequest); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.PendingRequest{}, rootRunIndexField, rootUIDOfRequest); err != nil {
+		return err
+	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &toolnexusv1alpha1.Agent{}, secretNamesIndexField, secretNames); err != nil {
 		return err
 	}
@@ -59,6 +66,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.Funcs{DeleteFunc: func(event.DeleteEvent) bool { return false }})).
 		Watches(&toolnexusv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.runsOfAgent),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&toolnexusv1alpha1.AgentRun{}, withPriority(handler.EnqueueRequestsFromMapFunc(r.parentOfChild), stepEndedPriority),
+			builder.WithPredicates(childChanged())).
+		Watches(&toolnexusv1alpha1.PendingRequest{}, handler.EnqueueRequestsFromMapFunc(rootOfRequest),
+			builder.WithPredicates(requestOfSubRun())).
 		WatchesRawSource(source.Channel(r.steps.wake, stepEnded())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("agentrun").
@@ -83,8 +94,8 @@ func answerOrDeletion() predicate.Predicate {
 	}
 }
 
-// runOfRequest indexes a PendingRequest by the run that controls it, so a run finds its requests
-// without scanning every request of the namespace.
+// runOfRequest indexes a PendingRequest, or a sub-agent's run, by the run that controls it, so a
+// run finds its requests and its children without scanning the namespace.
 func runOfRequest(obj client.Object) []string {
 	if owner := metav1.GetControllerOf(obj); owner != nil && owner.Kind == "AgentRun" {
 		return []string{owner.Name}

@@ -335,7 +335,7 @@ func messageOf(preq *toolnexusv1alpha1.PendingRequest, d delivery) notify.Messag
 	ev, rq := d.event, preq.Spec.Request
 	m := notify.Message{
 		Event: notify.Event(strings.ToLower(string(ev))), Namespace: preq.Namespace, Name: preq.Name,
-		UID: string(preq.UID), Run: preq.Spec.RunRef.Name, Kind: rq.Kind, Prompt: rq.Prompt, URL: rq.URL,
+		UID: string(preq.UID), Run: preq.Spec.RunRef.Name, Path: preq.RunPath(), Kind: rq.Kind, Prompt: rq.Prompt, URL: rq.URL,
 		Tool: preq.Spec.ToolCall.Name, Arguments: preq.Spec.ToolCall.Arguments, Time: preq.CreationTimestamp.Time,
 		Login: rq.Kind == tools.KindAuthorization && strings.HasPrefix(rq.ID, tools.LoginIDPrefix),
 	}

@@ -61,6 +61,9 @@ type Env struct {
 	// (an MCP server's URL; an HTTP tool's up to its first placeholder), with spec; nil signs
 	// nothing in (an Agent's validation).
 	OAuth func(spec toolnexusv1alpha1.OAuthSpec, base, what string) tools.OAuth
+	// SubAgents carries out the calls of agentRef tools (agent.go); nil fails them saying so (an
+	// Agent's validation).
+	SubAgents func(ctx context.Context, call SubAgentCall) tools.ToolResult
 }
 
 // PolicyCall is a tool call as the platform's policies are asked about it.
@@ -93,7 +96,7 @@ const RunGateKey = "run"
 // Built is a spec ready to step.
 type Built struct {
 	Client *loop.Client
-	// Local are the tools that need no connection: HTTP tools and built-ins.
+	// Local are the tools that need no connection: HTTP tools, agentRef tools and built-ins.
 	Local []tools.Tool
 	// MCP are the servers a step connects (Toolkit).
 	MCP []tools.MCPServerSpec
@@ -121,8 +124,12 @@ func Build(spec *toolnexusv1alpha1.AgentSpec, env Env) (*Built, error) {
 	}
 	b := &Built{}
 	for i, t := range spec.Tools {
+		if t.AgentRef != nil {
+			b.Local = append(b.Local, agentTool(t, env))
+			continue
+		}
 		if t.HTTP == nil {
-			return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: set http", i))
+			return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: set http or agentRef", i))
 		}
 		tool, err := tools.HTTPTool(tools.HTTPToolSpec{
 			Name: t.Name, Description: t.Description, InputSchema: jsonObject(t.Parameters),

@@ -8,6 +8,10 @@ package wire
 // WaitKindMCPTask is an MCP task (the io.modelcontextprotocol/tasks extension).
 const WaitKindMCPTask = "mcp-task"
 
+// WaitKindAgentRun is a child run of another agent (a sub-agent call): Server names the Agent, ID
+// the child AgentRun. Its host wakes the call when the child ends (Woken).
+const WaitKindAgentRun = "agentrun"
+
 // Wait bounds: what a tool server sets here is stored in the run's record.
 const (
 	MaxWaitIDBytes      = 512
@@ -34,6 +38,9 @@ type Wait struct {
 	// PollError says this look failed (the holder could not be reached, or answered with an error
 	// that may pass): the work's state is unknown and the loop backs off. Empty for a good look.
 	PollError string `json:"pollError,omitempty"`
+	// Woken says the host is told when the work ends (a watch) and wakes the call itself: the loop
+	// schedules no looks, and the call waits until it is woken or its deadline passes.
+	Woken bool `json:"woken,omitempty"`
 }
 
 // Waiting is the result of a call that started external work, or of a look at it that found it
