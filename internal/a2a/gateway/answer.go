@@ -105,11 +105,11 @@ func answerOf(v view, msg *a2a.Message) (*toolnexusv1alpha1.PendingRequest, *too
 		case slices.Contains(noWords, word):
 			answer.Reason = wire.ReasonDeclined
 		default:
-			return nil, nil, a2a.Errorf(a2a.CodeInvalidParams, "", `Invalid parameters: a %s request is answered with "approve" or "decline" (or a data part {"ok": ...}), not %q`,
+			return nil, nil, a2a.Errorf(a2a.CodeInvalidParams, "", `Invalid parameters: a request of kind %s is answered with "approve" or "decline" (or a data part {"ok": ...}), not %q`,
 				kind, clip.Marked(text, 64))
 		}
 	default:
-		return nil, nil, a2a.Errorf(a2a.CodeInvalidParams, "", `Invalid parameters: a %s request is answered with a data part {"ok": true, "data": {...}}`, kind)
+		return nil, nil, a2a.Errorf(a2a.CodeInvalidParams, "", `Invalid parameters: a request of kind %s is answered with a data part {"ok": true, "data": {...}}`, kind)
 	}
 	return preq, answer, nil
 }

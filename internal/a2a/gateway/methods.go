@@ -24,6 +24,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/a2a"
+	"github.com/toolnexus/operator/internal/telemetry"
 )
 
 // Bounds of what a caller sends.
@@ -39,10 +40,7 @@ const (
 	maxListed       = 10000
 )
 
-var (
-	contextIDPattern   = regexp.MustCompile(`^[A-Za-z0-9._:/-]+$`)
-	traceparentPattern = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
-)
+var contextIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:/-]+$`)
 
 // sendMessage starts a task, or continues the one the message names, and answers with the task:
 // at once when the client asks for that, else once it ended or asks for input (bounded by
@@ -149,8 +147,11 @@ func (ep *endpoint) create(ctx context.Context, r *http.Request, msg *a2a.Messag
 			Annotations: map[string]string{ContextAnnotation: contextID, MessageAnnotation: msg.MessageID}},
 		Spec: toolnexusv1alpha1.AgentRunSpec{AgentRef: &toolnexusv1alpha1.AgentReference{Name: ep.agent}, Prompt: prompt},
 	}
-	if tp := r.Header.Get("traceparent"); traceparentPattern.MatchString(tp) {
-		run.Annotations[toolnexusv1alpha1.TraceparentAnnotation] = tp
+	// The caller's trace, when it sent one, is the run's parent (as the annotation does for kubectl).
+	if tp := r.Header.Get("traceparent"); tp != "" {
+		if _, err := telemetry.ParseTraceparent(tp); err == nil {
+			run.Annotations[toolnexusv1alpha1.TraceparentAnnotation] = tp
+		}
 	}
 	err := c.Create(ctx, run)
 	if apierrors.IsAlreadyExists(err) {
