@@ -107,6 +107,13 @@ func (ep *endpoint) drain(ctx context.Context, w watch.Interface, rv *string, ea
 // update, until the task ends (or MaxStreamDuration passes, or the client goes).
 func (ep *endpoint) stream(w http.ResponseWriter, r *http.Request, req a2a.Request) {
 	ctx := r.Context()
+	// A slot first: a message must not start a task that then cannot be streamed.
+	release, ok := ep.g.acquire(ctx)
+	if !ok {
+		writeRPC(w, req.ID, nil, a2a.Errorf(a2a.CodeInternalError, "", "Internal error: %d streams are open, the most this gateway serves; poll GetTask", ep.g.opts.MaxStreams))
+		return
+	}
+	defer release()
 	var v view
 	done := func(view) bool { return false }
 	if req.Method == a2a.MethodSubscribeToTask {
@@ -141,12 +148,6 @@ func (ep *endpoint) stream(w http.ResponseWriter, r *http.Request, req a2a.Reque
 		v = ep.waitFor(waited, v, func(v view) bool { s, _ := stateOf(v.run); return done(v) || !s.Interrupted() })
 		cancel()
 	}
-	release, ok := ep.g.acquire(ctx)
-	if !ok {
-		writeRPC(w, req.ID, nil, a2a.Errorf(a2a.CodeInternalError, "", "Internal error: %d streams are open, the most this gateway serves; poll GetTask", ep.g.opts.MaxStreams))
-		return
-	}
-	defer release()
 	ctx, cancel := context.WithTimeout(ctx, ep.g.opts.MaxStreamDuration)
 	defer cancel()
 
