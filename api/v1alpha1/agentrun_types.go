@@ -182,8 +182,36 @@ type OAuthSpec struct {
 	TokenScope TokenScope `json:"tokenScope,omitempty"`
 }
 
+// A2AToolSpec makes a tool a remote agent spoken to over A2A 1.0 (JSON-RPC binding); see the
+// README, "A2A".
+type A2AToolSpec struct {
+	// url of the remote agent's JSON-RPC endpoint: the url of its agent card's supportedInterfaces
+	// entry with protocolBinding JSONRPC. The card itself is not fetched, so the headers go to this
+	// URL only.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="a2a.url must start with http:// or https://"
+	URL string `json:"url"`
+
+	// headers sent with every request, such as Authorization for the remote agent's scheme.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Headers []HTTPHeader `json:"headers,omitempty"`
+
+	// timeout of one request to the agent (default 30s, at most 10m). The remote task itself may
+	// take as long as the run's suspension timeout (24h when unset).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="tools[].a2a.timeout must be at most 10m"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
 // ToolSpec declares one tool the model may call.
-// +kubebuilder:validation:XValidation:rule="[has(self.http), has(self.agentRef)].filter(x, x).size() == 1",message="a tool needs exactly one implementation: set one of http or agentRef"
+// +kubebuilder:validation:XValidation:rule="[has(self.http), has(self.agentRef), has(self.a2a)].filter(x, x).size() == 1",message="a tool needs exactly one implementation: set one of http, agentRef or a2a"
 type ToolSpec struct {
 	// name the model calls the tool by.
 	// +required
@@ -213,6 +241,12 @@ type ToolSpec struct {
 	// JSON, are the child's prompt. See the README, "Sub-agents".
 	// +optional
 	AgentRef *AgentReference `json:"agentRef,omitempty"`
+
+	// a2a makes the tool a remote A2A agent: a call sends it a message and waits for its task,
+	// and what the task asks a person (input-required, auth-required) becomes a PendingRequest of
+	// this run, whose answer is sent back as the follow-up message.
+	// +optional
+	A2A *A2AToolSpec `json:"a2a,omitempty"`
 }
 
 // MCPServerSpec connects a remote MCP server over streamable HTTP. Its tools are named

@@ -147,10 +147,10 @@ var _ = Describe("AgentRun admission", func() {
 		}}, `spec.tools[0].name in body should match '^[a-zA-Z0-9_-]{1,64}$'`),
 		Entry("tool with no implementation", map[string]any{"spec.tools": []any{
 			map[string]any{"name": "lookup"},
-		}}, "a tool needs exactly one implementation: set one of http or agentRef"),
+		}}, "a tool needs exactly one implementation: set one of http, agentRef or a2a"),
 		Entry("tool that is both an HTTP call and an agent", map[string]any{"spec.tools": []any{
 			map[string]any{"name": "lookup", "http": map[string]any{"url": "http://a"}, "agentRef": map[string]any{"name": "research"}},
-		}}, "a tool needs exactly one implementation: set one of http or agentRef"),
+		}}, "a tool needs exactly one implementation: set one of http, agentRef or a2a"),
 		Entry("agent tool without an agent name", map[string]any{"spec.tools": []any{
 			map[string]any{"name": "research", "agentRef": map[string]any{"name": ""}},
 		}}, "spec.tools[0].agentRef.name in body should be at least 1 chars long"),

@@ -32,6 +32,7 @@ const (
 	DefaultAuthPrompt = wire.DefaultAuthPrompt
 
 	WaitKindMCPTask = wire.WaitKindMCPTask
+	WaitKindA2ATask = wire.WaitKindA2ATask
 
 	ResultsKey = wire.ResultsKey
 	OutputKey  = wire.OutputKey

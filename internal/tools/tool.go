@@ -18,6 +18,7 @@ const (
 	SourceHTTP    Source = "http"
 	SourceMCP     Source = "mcp"
 	SourceBuiltin Source = "builtin"
+	SourceA2A     Source = "a2a"
 )
 
 // ToolContext is what a tool knows about the call beyond its arguments.

@@ -139,10 +139,14 @@ func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRu
 	// Header Secrets are checked up front too, so a missing one parks the run before it starts
 	// rather than failing a tool call later.
 	for i, t := range spec.Tools {
-		if t.HTTP == nil {
-			continue
+		var err error
+		switch {
+		case t.HTTP != nil:
+			err = r.checkHeaders(ctx, run.Namespace, t.HTTP.Headers, fmt.Sprintf("spec.tools[%d].http.headers", i))
+		case t.A2A != nil:
+			err = r.checkHeaders(ctx, run.Namespace, t.A2A.Headers, fmt.Sprintf("spec.tools[%d].a2a.headers", i))
 		}
-		if err := r.checkHeaders(ctx, run.Namespace, t.HTTP.Headers, fmt.Sprintf("spec.tools[%d].http.headers", i)); err != nil {
+		if err != nil {
 			return nil, err
 		}
 		if err := r.checkClientSecret(ctx, run.Namespace, t.HTTP.Auth, fmt.Sprintf("spec.tools[%d].http.auth.oauth.clientSecretRef", i)); err != nil {

@@ -14,14 +14,14 @@ import (
 	"github.com/toolnexus/operator/internal/tools/wire"
 )
 
-// A call waiting on external work (an MCP task, state.Wait) parks its run like a request does: no
-// step is in flight and no connection is open. state.Settle marks the wait due when its poll time
-// comes (the reconcile is requeued for it, at the interval the server asked for, bounded by the
-// loop), and the run's next step is then the look (tasks/get), taken in the executor like any
-// tool call. A restart finds the wait in the record and looks again; the call is never made
-// again. When a call stops waiting on work that may go on (the run ended or was cancelled, the
-// call was declined, the wait outlived its deadline), Settle says so and the work's holder is told
-// to stop it (cancelWait).
+// A call waiting on external work (an MCP task, a remote A2A task; state.Wait) parks its run like a
+// request does: no step is in flight and no connection is open. state.Settle marks the wait due
+// when its poll time comes (the reconcile is requeued for it, at the interval the server asked for,
+// bounded by the loop), and the run's next step is then the look (tasks/get, GetTask), taken in the
+// executor like any tool call. A restart finds the wait in the record and looks again; the call is
+// never made again. When a call stops waiting on work that may go on (the run ended or was
+// cancelled, the call was declined, the wait outlived its deadline), Settle says so and the work's
+// holder is told to stop it (cancelWait).
 
 // EventTaskCancelled and EventTaskCancelFailed report a tasks/cancel sent for a run.
 const (
@@ -38,13 +38,17 @@ func (r *Reconciler) cancelWait(ctx context.Context, s *scope, e state.Effect) {
 		r.cancelWaitedChild(ctx, s, w.ID, e.Message)
 		return
 	}
-	if w == nil || w.Kind != tools.WaitKindMCPTask {
+	if w == nil || (w.Kind != tools.WaitKindMCPTask && w.Kind != tools.WaitKindA2ATask) {
 		return
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("run", klog.KObj(s.run), "task", w.ID, "server", w.Server)
 	rt, err := r.prepare(ctx, s.run, s.spec, s.rec.State.Turn, r.Metrics.Observe)
 	if err != nil {
-		log.Error(err, "Cannot build the run's MCP servers to cancel its task")
+		log.Error(err, "Cannot build the run's tools to cancel its task")
+		return
+	}
+	if w.Kind == tools.WaitKindA2ATask {
+		r.cancelA2ATask(ctx, s, rt, *w, e.Message)
 		return
 	}
 	var spec *tools.MCPServerSpec
@@ -69,6 +73,33 @@ func (r *Reconciler) cancelWait(ctx context.Context, s *scope, e state.Effect) {
 		}
 		r.Recorder.Eventf(run, nil, corev1.EventTypeNormal, EventTaskCancelled, actionStep,
 			"Cancelled MCP task %s on %s: %s", handle.ID, handle.Server, why)
+	}})
+}
+
+// cancelA2ATask cancels the remote task w of the A2A tool it names (CancelTask), in the executor.
+func (r *Reconciler) cancelA2ATask(ctx context.Context, s *scope, rt *stepper, w tools.Wait, why string) {
+	log := ctrl.LoggerFrom(ctx).WithValues("run", klog.KObj(s.run), "task", w.ID, "tool", w.Server)
+	var spec *tools.A2AToolSpec
+	for i := range rt.A2A {
+		if rt.A2A[i].Name == w.Server {
+			spec = &rt.A2A[i]
+		}
+	}
+	if spec == nil {
+		log.Info("The task's A2A tool is no longer in the run's spec; the task is left to its agent")
+		return
+	}
+	run := s.run.DeepCopy()
+	key := "tasks/cancel/" + run.Namespace + "/" + run.Name + "/" + w.ID
+	r.Executor.Submit(executor.Job{Key: key, Share: run.Namespace, Run: func(ctx context.Context) {
+		if err := tools.CancelA2ATask(ctx, *spec, w); err != nil {
+			log.Info("Cancelling the A2A task failed", "error", err.Error())
+			r.Recorder.Eventf(run, nil, corev1.EventTypeWarning, EventTaskCancelFailed, actionStep,
+				"Cancelling A2A task %s of tool %s failed (%s): %s", w.ID, w.Server, why, clip.Marked(err.Error(), 512))
+			return
+		}
+		r.Recorder.Eventf(run, nil, corev1.EventTypeNormal, EventTaskCancelled, actionStep,
+			"Cancelled A2A task %s of tool %s: %s", w.ID, w.Server, why)
 	}})
 }
 

@@ -137,6 +137,9 @@ func secretNames(obj client.Object) []string {
 		if t.HTTP != nil {
 			headers(t.HTTP.Headers)
 		}
+		if t.A2A != nil {
+			headers(t.A2A.Headers)
+		}
 	}
 	for _, s := range spec.MCPServers {
 		headers(s.Headers)

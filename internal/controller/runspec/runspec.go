@@ -96,8 +96,10 @@ const RunGateKey = "run"
 // Built is a spec ready to step.
 type Built struct {
 	Client *loop.Client
-	// Local are the tools that need no connection: HTTP tools, agentRef tools and built-ins.
+	// Local are the tools that need no connection: HTTP, A2A and agentRef tools, and built-ins.
 	Local []tools.Tool
+	// A2A are the A2A tools' specs, for stopping a remote task a call no longer waits on.
+	A2A []tools.A2AToolSpec
 	// MCP are the servers a step connects (Toolkit).
 	MCP []tools.MCPServerSpec
 }
@@ -128,8 +130,19 @@ func Build(spec *toolnexusv1alpha1.AgentSpec, env Env) (*Built, error) {
 			b.Local = append(b.Local, agentTool(t, env))
 			continue
 		}
+		if t.A2A != nil {
+			a2aSpec := tools.A2AToolSpec{Name: t.Name, Description: t.Description, InputSchema: jsonObject(t.Parameters),
+				URL: t.A2A.URL, Timeout: durationOr(t.A2A.Timeout, 0), Client: env.HTTPClient,
+				Headers: headers(t.A2A.Headers, fmt.Sprintf("spec.tools[%d].a2a.headers", i))}
+			tool, err := tools.A2ATool(a2aSpec)
+			if err != nil {
+				return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: %w", i, err))
+			}
+			b.Local, b.A2A = append(b.Local, tool), append(b.A2A, a2aSpec)
+			continue
+		}
 		if t.HTTP == nil {
-			return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: set http or agentRef", i))
+			return nil, invalid(toolnexusv1alpha1.ReasonInvalidTool, fmt.Errorf("spec.tools[%d]: set one of http, agentRef or a2a", i))
 		}
 		tool, err := tools.HTTPTool(tools.HTTPToolSpec{
 			Name: t.Name, Description: t.Description, InputSchema: jsonObject(t.Parameters),

@@ -32,7 +32,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{name: "a tool with no kind", edit: func(s *toolnexusv1alpha1.AgentSpec) {
 			s.Tools = []toolnexusv1alpha1.ToolSpec{{Name: "buy"}}
-		}, reason: toolnexusv1alpha1.ReasonInvalidTool, msg: "spec.tools[0]: set http or agentRef"},
+		}, reason: toolnexusv1alpha1.ReasonInvalidTool, msg: "spec.tools[0]: set one of http, agentRef or a2a"},
 		{name: "an HTTP tool whose URL cannot be used", edit: func(s *toolnexusv1alpha1.AgentSpec) {
 			s.Tools = []toolnexusv1alpha1.ToolSpec{httpTool("buy", "ftp://127.0.0.1/buy")}
 		}, reason: toolnexusv1alpha1.ReasonInvalidTool, msg: "spec.tools[0]"},

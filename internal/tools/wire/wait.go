@@ -1,12 +1,17 @@
 package wire
 
-// An external wait is work a tool call handed to someone else that is not a person: an MCP task
-// today, a child run or a remote A2A task later. The call does not hold a connection or a worker
+// An external wait is work a tool call handed to someone else that is not a person: an MCP task, a
+// task of a remote A2A agent, and later a child run. The call does not hold a connection or a worker
 // while the work goes on; the loop parks it with the handle the tool returned and asks the tool
 // again (with the handle, ToolContext.Wait) when the handle says to look again.
 
-// WaitKindMCPTask is an MCP task (the io.modelcontextprotocol/tasks extension).
-const WaitKindMCPTask = "mcp-task"
+// Wait kinds.
+const (
+	// WaitKindMCPTask is an MCP task (the io.modelcontextprotocol/tasks extension).
+	WaitKindMCPTask = "mcp-task"
+	// WaitKindA2ATask is a task of a remote A2A agent; Server is the tool's name in the spec.
+	WaitKindA2ATask = "a2a-task"
+)
 
 // WaitKindAgentRun is a child run of another agent (a sub-agent call): Server names the Agent, ID
 // the child AgentRun. Its host wakes the call when the child ends (Woken).
