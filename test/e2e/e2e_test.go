@@ -41,19 +41,8 @@ func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 // restart every run finishes with the text its answer implies.
 func TestFirstFiveMinutes(t *testing.T) {
 	start := time.Now()
-	tmp := t.TempDir()
-	bin, logs := filepath.Join(tmp, "bin"), filepath.Join(tmp, "logs")
-	for _, d := range []string{bin, logs} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	assetsDir := assets(t)
-	buildBinaries(t, bin)
-	t.Logf("built the binaries in %s", time.Since(start).Round(time.Second))
-
-	clusterDir := startCluster(t, bin, filepath.Join(tmp, "cluster"), logs, assetsDir)
-	t.Logf("local cluster ready after %s", time.Since(start).Round(time.Second))
+	st := newStack(t)
+	bin, logs, assetsDir, clusterDir := st.bin, st.logs, st.assets, st.cluster
 	policies := exists(filepath.Join(repoRoot(), "config", "policies"))
 	rbac := exists(filepath.Join(repoRoot(), "config", "rbac"))
 	k := kubectl{bin: filepath.Join(assetsDir, "kubectl"), dir: clusterDir, namespace: "e2e"}

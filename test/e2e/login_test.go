@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,17 +19,9 @@ import (
 // follows its url through a real authorization server to the manager's callback, and the run
 // finishes with nobody patching anything; a second run of the same requester needs no login.
 func TestLogins(t *testing.T) {
-	tmp := t.TempDir()
-	bin, logs := filepath.Join(tmp, "bin"), filepath.Join(tmp, "logs")
-	for _, d := range []string{bin, logs} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	assetsDir := assets(t)
-	buildBinaries(t, bin)
-	clusterDir := startCluster(t, bin, filepath.Join(tmp, "cluster"), logs, assetsDir)
-	k := kubectl{bin: filepath.Join(assetsDir, "kubectl"), dir: clusterDir, namespace: "logins"}
+	st := newStack(t)
+	bin, logs, clusterDir := st.bin, st.logs, st.cluster
+	k := st.kubectl("logins")
 	waitPolicies(t, k)
 
 	callbackAddr := freeAddr(t)

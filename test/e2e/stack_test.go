@@ -40,6 +40,36 @@ func buildBinaries(t *testing.T, dir string) {
 	}
 }
 
+// stack is what most e2e tests start with: the binaries built, a local cluster up, and the
+// directories they live in.
+type stack struct {
+	bin, logs, assets, cluster string
+}
+
+// newStack builds the binaries and starts a local cluster for t, logging how long each took.
+func newStack(t *testing.T) stack {
+	t.Helper()
+	start := time.Now()
+	tmp := t.TempDir()
+	s := stack{bin: filepath.Join(tmp, "bin"), logs: filepath.Join(tmp, "logs")}
+	for _, d := range []string{s.bin, s.logs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.assets = assets(t)
+	buildBinaries(t, s.bin)
+	t.Logf("built the binaries in %s", time.Since(start).Round(time.Second))
+	s.cluster = startCluster(t, s.bin, filepath.Join(tmp, "cluster"), s.logs, s.assets)
+	t.Logf("local cluster ready after %s", time.Since(start).Round(time.Second))
+	return s
+}
+
+// kubectl is the real kubectl against the stack's cluster, in namespace.
+func (s stack) kubectl(namespace string) kubectl {
+	return kubectl{bin: filepath.Join(s.assets, "kubectl"), dir: s.cluster, namespace: namespace}
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	addr, err := testenv.FreeAddr()

@@ -26,17 +26,9 @@ type subAgentStack struct {
 
 func startSubAgentStack(t *testing.T) *subAgentStack {
 	t.Helper()
-	tmp := t.TempDir()
-	bin, logs := filepath.Join(tmp, "bin"), filepath.Join(tmp, "logs")
-	for _, d := range []string{bin, logs} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	assetsDir := assets(t)
-	buildBinaries(t, bin)
-	clusterDir := startCluster(t, bin, filepath.Join(tmp, "cluster"), logs, assetsDir)
-	s := &subAgentStack{k: kubectl{bin: filepath.Join(assetsDir, "kubectl"), dir: clusterDir, namespace: "e2e-sub"}, bin: bin,
+	st := newStack(t)
+	bin, logs, clusterDir := st.bin, st.logs, st.cluster
+	s := &subAgentStack{k: st.kubectl("e2e-sub"), bin: bin,
 		modelAddr: freeAddr(t), toolsAddr: freeAddr(t)}
 	waitPolicies(t, s.k)
 	model := startProcess(t, logs, "standin-model", nil, filepath.Join(bin, "standin-model"), "--addr", s.modelAddr)

@@ -143,13 +143,13 @@ func (r *Reconciler) prepare(ctx context.Context, run *toolnexusv1alpha1.AgentRu
 		switch {
 		case t.HTTP != nil:
 			err = r.checkHeaders(ctx, run.Namespace, t.HTTP.Headers, fmt.Sprintf("spec.tools[%d].http.headers", i))
+			if err == nil {
+				err = r.checkClientSecret(ctx, run.Namespace, t.HTTP.Auth, fmt.Sprintf("spec.tools[%d].http.auth.oauth.clientSecretRef", i))
+			}
 		case t.A2A != nil:
 			err = r.checkHeaders(ctx, run.Namespace, t.A2A.Headers, fmt.Sprintf("spec.tools[%d].a2a.headers", i))
 		}
 		if err != nil {
-			return nil, err
-		}
-		if err := r.checkClientSecret(ctx, run.Namespace, t.HTTP.Auth, fmt.Sprintf("spec.tools[%d].http.auth.oauth.clientSecretRef", i)); err != nil {
 			return nil, err
 		}
 	}
