@@ -24,7 +24,7 @@ import (
 // none): managed fields stripped, and the run's kinds limited to the shard's objects. cmd/manager
 // and the test harness both build their cache with it.
 func CacheOptions(shard string, namespaces []string) (cache.Options, error) {
-	if err := CheckShard(shard); err != nil {
+	if err := checkShard(shard); err != nil {
 		return cache.Options{}, err
 	}
 	// Managed fields are never read here; stripping them keeps thousands of parked runs small.
@@ -35,7 +35,16 @@ func CacheOptions(shard string, namespaces []string) (cache.Options, error) {
 			o.DefaultNamespaces[strings.TrimSpace(ns)] = cache.Config{}
 		}
 	}
-	selector := ShardSelector(shard)
+	// The shard's objects are labelled with its name; those of no shard not at all.
+	op, values := selection.Equals, []string{shard}
+	if shard == "" {
+		op, values = selection.DoesNotExist, nil
+	}
+	req, err := labels.NewRequirement(toolnexusv1alpha1.ShardLabel, op, values)
+	if err != nil {
+		return cache.Options{}, fmt.Errorf("--shard %q: %w", shard, err)
+	}
+	selector := labels.NewSelector().Add(*req)
 	o.ByObject = map[client.Object]cache.ByObject{}
 	// Records have no informer now (they are read around the cache); the selector keeps one added
 	// later to its shard.
@@ -43,20 +52,6 @@ func CacheOptions(shard string, namespaces []string) (cache.Options, error) {
 		o.ByObject[obj] = cache.ByObject{Label: selector}
 	}
 	return o, nil
-}
-
-// ShardSelector selects the objects of shard: labelled toolnexus.dev/shard=shard, or for "" not
-// labelled at all.
-func ShardSelector(shard string) labels.Selector {
-	op, values := selection.Equals, []string{shard}
-	if shard == "" {
-		op, values = selection.DoesNotExist, nil
-	}
-	req, err := labels.NewRequirement(toolnexusv1alpha1.ShardLabel, op, values)
-	if err != nil {
-		panic(err) // CheckShard let the name through: a constant key and a valid label value
-	}
-	return labels.NewSelector().Add(*req)
 }
 
 // LeaderElectionID is the name of shard's leader-election lease: each shard elects its own leader.
@@ -67,9 +62,9 @@ func LeaderElectionID(shard string) string {
 	return "toolnexus-operator-shard-" + shard + ".toolnexus.dev"
 }
 
-// CheckShard refuses a shard name that cannot name a lease, a Deployment and a label value alike:
+// checkShard refuses a shard name that cannot name a lease, a Deployment and a label value alike:
 // it must be a DNS label (RFC 1123: lowercase letters, digits and '-', at most 63).
-func CheckShard(shard string) error {
+func checkShard(shard string) error {
 	if shard == "" {
 		return nil
 	}
