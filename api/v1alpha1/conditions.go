@@ -136,6 +136,12 @@ const ExpiredAnswerer = "system:expired"
 // RunLabel is set on every PendingRequest and AgentRunRecord to the name of its AgentRun.
 const RunLabel = "toolnexus.dev/run"
 
+// ShardLabel names the shard (the manager started with --shard=NAME) that runs an AgentRun: set
+// on a Namespace by an administrator, stamped on its AgentRuns by the API server
+// (config/policies, toolnexus-shard-stamp) and copied by the manager onto every PendingRequest
+// and AgentRunRecord of the run. Objects without it belong to the manager started without --shard.
+const ShardLabel = "toolnexus.dev/shard"
+
 // TraceparentAnnotation, set on an AgentRun to a W3C traceparent
 // (00-<trace id>-<span id>-<flags>), makes the run's trace a child of the caller's span (a
 // pipeline, a CronJob) when the manager exports traces. A malformed value is ignored.

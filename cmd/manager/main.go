@@ -20,7 +20,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -50,6 +49,7 @@ func main() {
 		auditSinkURL                      string
 		oauthRedirectURL                  string
 		oauthCallbackAddr                 string
+		shard                             string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized by the API server.")
@@ -76,6 +76,8 @@ func main() {
 	flag.StringVar(&oauthRedirectURL, "oauth-redirect-url", "", "Public URL of the OAuth login callback (ending in "+login.CallbackPath+
 		"), registered as a redirect URI of the clients tools name in auth.oauth; empty: tools can use logins kept already and cannot begin one.")
 	flag.StringVar(&oauthCallbackAddr, "oauth-callback-bind-address", "", "Address the OAuth login callback is served on (e.g. :8082); empty serves none.")
+	flag.StringVar(&shard, "shard", "", "Run only the AgentRuns labelled "+toolnexusv1alpha1.ShardLabel+"=NAME (stamped from their Namespace's label) and their requests and records, "+
+		"with a leader-election lease of the shard's own; empty runs those without the label.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
@@ -124,17 +126,21 @@ func main() {
 	if secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	// Managed fields are never read here; stripping them keeps thousands of parked runs small.
-	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	var namespaces []string
 	if watchNamespaces != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range strings.Split(watchNamespaces, ",") {
-			cacheOpts.DefaultNamespaces[strings.TrimSpace(ns)] = cache.Config{}
-		}
+		namespaces = strings.Split(watchNamespaces, ",")
+	}
+	cacheOpts, err := controller.CacheOptions(shard, namespaces)
+	if err != nil {
+		log.Error(err, "Invalid shard")
+		os.Exit(1)
+	}
+	if shard != "" {
+		log.Info("Running one shard", "shard", shard, "lease", controller.LeaderElectionID(shard))
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme: scheme, Metrics: metricsOpts, HealthProbeBindAddress: probeAddr, Cache: cacheOpts,
-		LeaderElection: leaderElect, LeaderElectionID: "toolnexus-operator.toolnexus.dev",
+		LeaderElection: leaderElect, LeaderElectionID: controller.LeaderElectionID(shard),
 		LeaderElectionNamespace: leaderElectionNS, LeaderElectionReleaseOnCancel: true,
 		PprofBindAddress: pprofAddr,
 	})
@@ -155,6 +161,7 @@ func main() {
 		AuditSinkURL:            auditSinkURL,
 		OAuthRedirectURL:        oauthRedirectURL,
 		OAuthCallbackAddr:       oauthCallbackAddr,
+		Shard:                   shard,
 	}); err != nil {
 		log.Error(err, "Unable to set up the controllers")
 		os.Exit(1)

@@ -72,6 +72,10 @@ type Options struct {
 	// OAuthCallbackAddr where the manager serves it (--oauth-callback-bind-address); without a
 	// redirect URL a tool with auth.oauth can use a login kept already, and cannot begin one.
 	OAuthRedirectURL, OAuthCallbackAddr string
+	// Shard is the shard the manager runs (--shard; "" for the objects of no shard). It shapes the
+	// manager's cache and lease, which are made before Setup: build them with CacheOptions and
+	// LeaderElectionID.
+	Shard string
 }
 
 // Setup registers every controller of the operator with mgr, and the executor they share (run by

@@ -112,10 +112,19 @@ func Wake(ctx context.Context, ch chan<- event.GenericEvent, obj client.Object) 
 	}
 }
 
-// RunLabels labels an object with its run's name, when the name fits in a label value.
-func RunLabels(run string) map[string]string {
-	if len(validation.IsValidLabelValue(run)) > 0 {
+// RunLabels are the labels of an object the manager creates for run: the run's name, when it fits
+// in a label value, and the run's shard, so that the object is in the caches of the manager that
+// runs the run and of no other.
+func RunLabels(run *toolnexusv1alpha1.AgentRun) map[string]string {
+	labels := map[string]string{}
+	if len(validation.IsValidLabelValue(run.Name)) == 0 {
+		labels[toolnexusv1alpha1.RunLabel] = run.Name
+	}
+	if shard, ok := run.Labels[toolnexusv1alpha1.ShardLabel]; ok {
+		labels[toolnexusv1alpha1.ShardLabel] = shard
+	}
+	if len(labels) == 0 {
 		return nil
 	}
-	return map[string]string{toolnexusv1alpha1.RunLabel: run}
+	return labels
 }

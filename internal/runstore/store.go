@@ -497,8 +497,8 @@ func (s *Store) object(run *toolnexusv1alpha1.AgentRun, n int, data []byte) (*to
 		Run:        toolnexusv1alpha1.RecordRunReference{Name: run.Name, UID: string(run.UID)},
 		Part:       part, Index: int32(n), Encoding: toolnexusv1alpha1.RecordEncoding, Data: data,
 	}
-	// The label lets `kubectl get arrec -l toolnexus.dev/run=...` find a run's records; a name
-	// that is no valid label value goes without.
-	obj.Labels = kube.RunLabels(run.Name)
+	// The run label lets `kubectl get arrec -l toolnexus.dev/run=...` find a run's records (a name
+	// that is no valid label value goes without); the shard label keeps them in the run's shard.
+	obj.Labels = kube.RunLabels(run)
 	return obj, controllerutil.SetControllerReference(run, obj, s.scheme)
 }

@@ -353,7 +353,8 @@ func verify(t *testing.T, c client.Client, model *fakeModel, tools *fakeTools, n
 }
 
 // TestChaos runs 100 runs through a manager that is SIGKILLed at least 20 times at random moments
-// and an API server that is restarted once, then fails a leader-elected pair over.
+// and an API server that is restarted once, then fails a leader-elected pair over, then kills one
+// of two shards mid-run.
 func TestChaos(t *testing.T) {
 	start := time.Now()
 	tmp := t.TempDir()
@@ -383,6 +384,7 @@ func TestChaos(t *testing.T) {
 
 	t.Run("kills", func(t *testing.T) { chaosKills(t, cl, bin, logs, model, tools, ans) })
 	t.Run("leader election", func(t *testing.T) { chaosLeaderElection(t, cl, bin, logs, model, tools, ans) })
+	t.Run("shards", func(t *testing.T) { chaosShards(t, cl, bin, logs, model, tools, ans) })
 	t.Logf("chaos done after %s; manager logs in %s", time.Since(start).Round(time.Second), logs)
 }
 

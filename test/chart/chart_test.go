@@ -70,6 +70,16 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 // --namespace toolnexus-system --include-crds` does, with --set values.
 func helmTemplate(t *testing.T, set ...string) []*unstructured.Unstructured {
 	t.Helper()
+	manifest, err := render(t, set...)
+	if err != nil {
+		t.Fatalf("helm template %v: %v", set, err)
+	}
+	return decode(t, []byte(manifest))
+}
+
+// render is what helmTemplate renders, or the error that stops Helm (a template's fail).
+func render(t *testing.T, set ...string) (string, error) {
+	t.Helper()
 	chart, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatalf("loading %s: %v", chartDir, err)
@@ -87,9 +97,9 @@ func helmTemplate(t *testing.T, set ...string) []*unstructured.Unstructured {
 	install.IncludeCRDs = true
 	released, err := install.Run(chart, values)
 	if err != nil {
-		t.Fatalf("helm template %v: %v", set, err)
+		return "", err
 	}
-	return decode(t, []byte(released.(*releasev1.Release).Manifest))
+	return released.(*releasev1.Release).Manifest, nil
 }
 
 func decode(t *testing.T, data []byte) []*unstructured.Unstructured {

@@ -69,7 +69,7 @@ func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1a
 	}
 	preq := &toolnexusv1alpha1.PendingRequest{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: requestName(run.Name, turn, id), Namespace: run.Namespace, Labels: kube.RunLabels(run.Name),
+			Name: requestName(run.Name, turn, id), Namespace: run.Namespace, Labels: kube.RunLabels(run),
 		},
 		Spec: toolnexusv1alpha1.PendingRequestSpec{
 			RunRef:   toolnexusv1alpha1.RunReference{Name: run.Name},

@@ -62,17 +62,22 @@ func (m *Manager) Start(t testenv.T) {
 	if err != nil {
 		t.Fatalf("operator: %v", err)
 	}
+	var o controller.Options
+	if m.options != nil {
+		o = m.options()
+	}
+	// The cache cmd/manager builds: managed fields stripped, the run's kinds of o.Shard alone.
+	cacheOpts, err := controller.CacheOptions(o.Shard, nil)
+	if err != nil {
+		t.Fatalf("operator: %v", err)
+	}
 	mgr, err := ctrl.NewManager(m.config, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Cache: cacheOpts,
 		// Each start registers the controllers again under their names.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatalf("operator: creating the manager: %v", err)
-	}
-	var o controller.Options
-	if m.options != nil {
-		o = m.options()
 	}
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
