@@ -96,6 +96,10 @@ func newChild(ctx context.Context, parent *toolnexusv1alpha1.AgentRun, turn int,
 			child.Labels[key] = name
 		}
 	}
+	// The child runs on its parent's shard (the shard stamp would give it the namespace's anyway).
+	if shard, ok := parent.Labels[toolnexusv1alpha1.ShardLabel]; ok {
+		child.Labels[toolnexusv1alpha1.ShardLabel] = shard
+	}
 	// The child's trace is a child of the call's span, when the parent is traced.
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
