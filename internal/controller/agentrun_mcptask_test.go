@@ -83,6 +83,33 @@ var _ = Describe("AgentRun with MCP tasks", func() {
 		Expect(ts.Updates()).To(Equal(1))
 	})
 
+	It("parks a task's two input requests on a PendingRequest each, in turn, and hands both to the task", func() {
+		ts := toolstest.ServeTasks(GinkgoT(), map[string]toolstest.TaskSpec{"pair": {Ask: map[string]*mcp.ElicitParams{
+			"a": {Mode: "form", Message: "First?", RequestedSchema: map[string]any{"type": "object"}},
+			"b": {Mode: "url", Message: "Sign in", URL: "https://idp.example.com/consent"},
+		}}})
+		run, model := taskRun(ns, "task-pair", ts, "pair")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		first := waitSuspended(run, 1)[0]
+		Expect(first.Spec.Request.Prompt).To(Equal("First?"))
+		answer(&first, `{"ok":true,"data":{"name":"Ada"}}`)
+		Eventually(func() []toolnexusv1alpha1.PendingRequest { return requestsOf(run) }, eventually).Should(HaveLen(2),
+			"the second request gets a name of its own")
+		var second toolnexusv1alpha1.PendingRequest
+		for _, p := range requestsOf(run) {
+			if p.Name != first.Name {
+				second = p
+			}
+		}
+		Expect(second.Spec.Request.Kind).To(Equal("authorization"))
+		answer(&second, `{"ok":true}`)
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(lastToolMessages(model)).To(ConsistOf(HaveKeyWithValue("content",
+			`pair done with {"ref":"main"}; a={"action":"accept","content":{"name":"Ada"}}; b={"action":"accept"}`)))
+		Expect(ts.Calls("pair")).To(Equal(1))
+		Expect(ts.Updates()).To(Equal(2))
+	})
+
 	It("tells the model when the server no longer knows the task, and the run goes on", func() {
 		ts := toolstest.ServeTasks(GinkgoT(), map[string]toolstest.TaskSpec{"build": {Polls: 10_000}})
 		ts.SetPollInterval(86_400_000) // a day: the loop looks again after a minute at the latest

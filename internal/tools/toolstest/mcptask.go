@@ -55,8 +55,9 @@ type fakeTask struct {
 	responses map[string]json.RawMessage
 }
 
-// ServeTasks starts a task server with the task tools specs and the plain tool "echo"; it closes
-// when the test ends.
+// ServeTasks starts a task server with the task tools specs and two plain tools: "echo", and
+// "confirm", which asks for a confirmation (input_required, requestState "confirm-1") and answers
+// "confirmed: <action> (requestState <what came back>)". It closes when the test ends.
 func ServeTasks(t interface {
 	Cleanup(func())
 }, specs map[string]TaskSpec) *TaskServer {
@@ -72,6 +73,15 @@ func ServeTasks(t interface {
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran without a task"}}}, nil
 			})
 	}
+	server.AddTool(&mcp.Tool{Name: "confirm", InputSchema: object}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ts.count("confirm")
+		if r, ok := req.Params.InputResponses["ok"].(*mcp.ElicitResult); ok {
+			text := fmt.Sprintf("confirmed: %s (requestState %s)", r.Action, req.Params.RequestState)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
+		}
+		return &mcp.CallToolResult{RequestState: "confirm-1", InputRequests: mcp.InputRequestMap{"ok": &mcp.ElicitParams{
+			Mode: "form", Message: "Go ahead?", RequestedSchema: map[string]any{"type": "object"}}}}, nil
+	})
 	server.AddTool(&mcp.Tool{Name: "echo", InputSchema: object}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		ts.count("echo")
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echo " + string(req.Params.Arguments)}}}, nil
