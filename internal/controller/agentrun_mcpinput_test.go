@@ -59,6 +59,7 @@ var _ = Describe("AgentRun with MCP multi round-trip input", func() {
 		Expect(form.Name).NotTo(Equal(consent.Name))
 		Expect(form.Spec.ToolCall.Arguments).To(Equal(consent.Spec.ToolCall.Arguments))
 		Expect(getRun(run).Status.PendingCount).To(Equal(int32(2)))
+		Expect(condition(run, toolnexusv1alpha1.ConditionToolsReady).Message).To(Equal("Every MCP server answered: inputs (MCP 2026-07-28)"))
 
 		answer(form, `{"ok":true,"data":{"region":"eu"}}`)
 		Eventually(func() int32 { return getRun(run).Status.PendingCount }, eventually).Should(Equal(int32(1)))

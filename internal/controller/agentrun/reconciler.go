@@ -376,7 +376,7 @@ func (r *Reconciler) stepEndPhase(ctx context.Context, s *scope) (phaseOut, erro
 	var end *state.StepEnd
 	if o := s.outcome; o != nil {
 		end = &state.StepEnd{State: o.state, Failure: failureOf(o.err)}
-		s.progress.toolsBuilt, s.progress.mcpFailures = o.toolsBuilt, o.mcpFailures
+		s.progress.toolsBuilt, s.progress.mcp = o.toolsBuilt, o.mcp
 		s.events = append(o.events, s.events...)
 	}
 	if end == nil && !s.run.Spec.Cancel {
