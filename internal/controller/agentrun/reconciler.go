@@ -124,7 +124,8 @@ type Policies interface {
 }
 
 // Why each permission is there (the manager's ClusterRole is generated from these markers):
-//   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished.
+//   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished; patch: the
+//     external-work finalizer, held while a run waits on an MCP task (waits.go).
 //   - agentruns/status get/patch: the run's status; agentruns/finalizers update: the controller
 //     owner references it sets on requests and records (clusters that enforce
 //     OwnerReferencesPermissionEnforcement require it).
@@ -138,7 +139,7 @@ type Policies interface {
 //     a missing Secret starts when it appears.
 //   - events create/patch: transition events on runs.
 //
-// +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns,verbs=get;list;watch;delete;patch
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns/status,verbs=get;patch
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=agentruns/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolnexus.dev,resources=pendingrequests,verbs=get;list;watch;create
@@ -213,7 +214,8 @@ func (r *Reconciler) open(ctx context.Context, req ctrl.Request) (*scope, ctrl.R
 		return nil, ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !run.DeletionTimestamp.IsZero() {
-		return nil, ctrl.Result{}, nil
+		res, err := r.releaseWaits(ctx, run)
+		return nil, res, err
 	}
 	if finished(run) {
 		res, err := r.reconcileFinished(ctx, run)
@@ -287,6 +289,9 @@ func (r *Reconciler) project(ctx context.Context, s *scope) error {
 	setStatus(s.run, s.rec, openSummaries(s), s.progress, s.now)
 	key := runKey(s.run)
 	r.Metrics.Waits.Set(key.Namespace, key.String(), waitsOf(s.rec.State))
+	if _, err := r.holdWhileWaiting(ctx, s); err != nil { // a conflict is taken again by the next look
+		return err
+	}
 	r.owe(s) // an end no record holds (the record was unreadable) is reported all the same
 	if s.inflight && !finished(s.run) && progressOnly(&s.before.Status, &s.run.Status) && !r.steps.reportDue(key, s.run.UID, s.now) {
 		// A running run's counters are reported at most every statusInterval; the record holds them.
@@ -494,6 +499,9 @@ func (r *Reconciler) owe(s *scope) {
 
 // reconcileFinished deletes a finished run once ttlSecondsAfterFinished has passed.
 func (r *Reconciler) reconcileFinished(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (ctrl.Result, error) {
+	if res, err := r.dropFinalizer(ctx, run); err != nil || !res.IsZero() {
+		return res, err // a finished run waits on nothing: its end stopped its work
+	}
 	ttl := run.Spec.TTLSecondsAfterFinished
 	if ttl == nil || run.Status.CompletionTime == nil {
 		return ctrl.Result{}, nil

@@ -33,6 +33,8 @@ type TaskServer struct {
 	polls, updates int
 	cancelled      []string
 	traceparents   []string
+	// refusing makes every request fail with 503, as a server that is down.
+	refusing bool
 }
 
 // TaskSpec is the course of a task tool's tasks.
@@ -88,6 +90,13 @@ func ServeTasks(t interface {
 	})
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: true})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ts.mu.Lock()
+		refusing := ts.refusing
+		ts.mu.Unlock()
+		if refusing {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
 		if r.Method != http.MethodPost {
 			sdk.ServeHTTP(w, r)
 			return
@@ -265,6 +274,14 @@ func (ts *TaskServer) count(tool string) {
 func (ts *TaskServer) SetPollInterval(ms int64) {
 	ts.mu.Lock()
 	ts.pollIntervalMs = ms
+	ts.mu.Unlock()
+}
+
+// Refuse makes the server answer every request from now on with 503 (refuse true), or serve
+// again (false).
+func (ts *TaskServer) Refuse(refuse bool) {
+	ts.mu.Lock()
+	ts.refusing = refuse
 	ts.mu.Unlock()
 }
 
