@@ -149,13 +149,13 @@ func (o *options) runShow(ctx context.Context, name string) error {
 	field("Namespace", pr.Namespace)
 	field("UID", string(pr.UID))
 	field("Run", pr.Spec.RunRef.Name)
-	field("MCP servers", o.mcpServersOf(ctx, pr))
 	field("Requested by", pr.Spec.RequestedBy)
 	if p := pr.Spec.Policy; p != nil {
 		field("Policy", fmt.Sprintf("%s (generation %d)", p.Name, p.Generation))
 	}
 	field("Phase", phaseOf(pr))
 	field("Age", age(pr.CreationTimestamp, time.Now()))
+	field("MCP servers", o.mcpServersOf(ctx, pr))
 	b.WriteString("\nRequest\n")
 	field("  ID", req.ID)
 	field("  Kind", req.Kind)

@@ -234,7 +234,7 @@ var _ = Describe("kubectl toolnexus", func() {
 			preq := newRequest(ns, "input", approvers)
 			stdout, stderr, err := kubectlToolnexus("alice", "-n", ns, "show", preq.Name)
 			Expect(err).NotTo(HaveOccurred(), stderr)
-			Expect(stdout).To(ContainSubstring("Run:         buy-gpu\nMCP servers: Every MCP server answered: ci (MCP 2026-07-28), docs (MCP 2025-11-25)\n"))
+			Expect(stdout).To(ContainSubstring("\nMCP servers: Every MCP server answered: ci (MCP 2026-07-28), docs (MCP 2025-11-25)\n\nRequest\n"))
 
 			// A request of an earlier run of the same name does not show this run's servers.
 			other := newRequest(ns, "input", approvers)
