@@ -18,9 +18,13 @@ import (
 	"github.com/toolnexus/operator/internal/tools"
 )
 
-// Deleting a run that waits on work: the run keeps ExternalWorkFinalizer while its saved state
-// waits on external work (holdWhileWaiting), so its deletion is seen with its spec and record at
-// hand; the deletion then stops the work (releaseWaits) and lets the run go. It never holds the
+// EventWorkReleased reports the release of a deleted run that waited on MCP tasks.
+const EventWorkReleased = "ExternalWorkReleased"
+
+// Deleting a run that waits on MCP tasks: the run keeps ExternalWorkFinalizer while its saved
+// state waits on a task (holdWhileWaiting), so its deletion is seen with its spec and record at
+// hand (the record and the requests are its dependents, which the garbage collector takes with
+// it); the deletion then stops the tasks (releaseWaits) and lets the run go. It never holds the
 // run for long: each task gets stopAttempts tries of at most stopAttemptTimeout each, then the
 // run goes whatever the servers said, with an event.
 const (
@@ -31,11 +35,11 @@ const (
 	releaseRecheck = 30 * time.Second
 )
 
-// stopTask sends tasks/cancel for the task w of run, up to attempts times, and reports how it
-// went; it reports whether the server acknowledged.
-func (r *Reconciler) stopTask(ctx context.Context, run *toolnexusv1alpha1.AgentRun, spec tools.MCPServerSpec, w tools.Wait, why string, attempts int) bool {
+// stopTask sends tasks/cancel for the task w of run, up to stopAttempts times, records how it
+// went, and reports whether the server acknowledged.
+func (r *Reconciler) stopTask(ctx context.Context, run *toolnexusv1alpha1.AgentRun, spec tools.MCPServerSpec, w tools.Wait, why string) bool {
 	var err error
-	for attempt := 1; attempt <= attempts; attempt++ {
+	for attempt := 1; attempt <= stopAttempts; attempt++ {
 		if attempt > 1 {
 			select {
 			case <-ctx.Done():
@@ -52,7 +56,7 @@ func (r *Reconciler) stopTask(ctx context.Context, run *toolnexusv1alpha1.AgentR
 			return true
 		}
 	}
-	ctrl.LoggerFrom(ctx).Info("Cancelling the task failed", "run", klog.KObj(run), "task", w.ID, "server", w.Server, "attempts", attempts, "error", err.Error())
+	ctrl.LoggerFrom(ctx).Info("Cancelling the task failed", "run", klog.KObj(run), "task", w.ID, "server", w.Server, "attempts", stopAttempts, "error", err.Error())
 	r.Recorder.Eventf(run, nil, corev1.EventTypeWarning, EventTaskCancelFailed, actionStep,
 		"Cancelling MCP task %s on %s failed (%s): %s", w.ID, w.Server, why, clip.Marked(err.Error(), 512))
 	return false
@@ -146,7 +150,7 @@ func (r *Reconciler) releaseWaits(ctx context.Context, run *toolnexusv1alpha1.Ag
 	r.Executor.Submit(executor.Job{Key: key, Share: run.Namespace, Run: func(ctx context.Context) {
 		stopped := 0
 		for _, w := range work {
-			if spec, ok := servers[w.Server]; ok && r.stopTask(ctx, run, spec, w, "the run was deleted", stopAttempts) {
+			if spec, ok := servers[w.Server]; ok && r.stopTask(ctx, run, spec, w, "the run was deleted") {
 				stopped++
 			}
 		}

@@ -3,9 +3,11 @@ package agentrun
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/toolnexus/operator/internal/clip"
 	"github.com/toolnexus/operator/internal/executor"
 	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
@@ -18,14 +20,12 @@ import (
 // tool call. A restart finds the wait in the record and looks again; the call is never made
 // again. When a call stops waiting on work that may go on (the run ended or was cancelled, the
 // call was declined, the wait outlived its deadline), Settle says so and the work's holder is told
-// to stop it (cancelWait). Deleting the run stops it too (release.go).
+// to stop it (cancelWait).
 
-// Event reasons of the work a run waits on: a tasks/cancel sent for a run, and the release of
-// a deleted run that waited on work (release.go).
+// EventTaskCancelled and EventTaskCancelFailed report a tasks/cancel sent for a run.
 const (
 	EventTaskCancelled    = "TaskCancelled"
 	EventTaskCancelFailed = "TaskCancelFailed"
-	EventWorkReleased     = "ExternalWorkReleased"
 )
 
 // cancelWait tells the holder of the work e names to stop it, in the executor (it is network
@@ -56,7 +56,14 @@ func (r *Reconciler) cancelWait(ctx context.Context, s *scope, e state.Effect) {
 	// Its own key: the run's key is its steps', and a cancelled run's step key is being cancelled.
 	key := "tasks/cancel/" + run.Namespace + "/" + run.Name + "/" + handle.ID
 	r.Executor.Submit(executor.Job{Key: key, Share: run.Namespace, Run: func(ctx context.Context) {
-		r.stopTask(ctx, run, *spec, handle, why, 1)
+		if err := tools.CancelMCPTask(ctx, *spec, handle); err != nil {
+			log.Info("Cancelling the task failed", "error", err.Error())
+			r.Recorder.Eventf(run, nil, corev1.EventTypeWarning, EventTaskCancelFailed, actionStep,
+				"Cancelling MCP task %s on %s failed (%s): %s", handle.ID, handle.Server, why, clip.Marked(err.Error(), 512))
+			return
+		}
+		r.Recorder.Eventf(run, nil, corev1.EventTypeNormal, EventTaskCancelled, actionStep,
+			"Cancelled MCP task %s on %s: %s", handle.ID, handle.Server, why)
 	}})
 }
 
