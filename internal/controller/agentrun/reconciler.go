@@ -125,7 +125,7 @@ type Policies interface {
 
 // Why each permission is there (the manager's ClusterRole is generated from these markers):
 //   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished; patch: the
-//     external-work finalizer, held while a run waits on an MCP task (waits.go).
+//     external-work finalizer, held while a run waits on an MCP task (release.go).
 //   - agentruns/status get/patch: the run's status; agentruns/finalizers update: the controller
 //     owner references it sets on requests and records (clusters that enforce
 //     OwnerReferencesPermissionEnforcement require it).
