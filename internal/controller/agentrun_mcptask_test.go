@@ -75,7 +75,9 @@ var _ = Describe("AgentRun with MCP tasks", func() {
 		Eventually(func() []string { return getRun(run).Finalizers }, eventually).Should(ContainElement(toolnexusv1alpha1.ExternalWorkFinalizer))
 		Expect(k8sClient.Delete(ctx, getRun(run))).To(Succeed())
 		Eventually(ts.Cancelled, eventually).Should(Equal([]string{"task-1"}))
-		Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), &toolnexusv1alpha1.AgentRun{})) },
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), &toolnexusv1alpha1.AgentRun{}))
+		},
 			eventually).Should(BeTrue(), "the run goes once its task is cancelled")
 	})
 
@@ -87,7 +89,9 @@ var _ = Describe("AgentRun with MCP tasks", func() {
 		ts.Refuse(true)
 		deleted := getRun(run)
 		Expect(k8sClient.Delete(ctx, deleted)).To(Succeed())
-		Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), &toolnexusv1alpha1.AgentRun{})) },
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), &toolnexusv1alpha1.AgentRun{}))
+		},
 			eventually).Should(BeTrue(), "the deletion is not held past the attempts")
 		Expect(ts.Cancelled()).To(BeEmpty())
 		Eventually(func() int { return occurrences(deleted, "TaskCancelFailed") }, eventually).Should(Equal(1))
