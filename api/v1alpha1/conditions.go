@@ -175,6 +175,11 @@ const OAuthAnswerer = "system:oauth"
 // (--audit-sink-url), so deleting its run cannot lose them.
 const AuditFinalizer = "toolnexus.dev/audit"
 
+// ExternalWorkFinalizer keeps an AgentRun whose record waits on external work (an MCP task) until
+// the manager has told the work's holder to stop it (tasks/cancel), a few bounded attempts, so
+// deleting the run does not leave the task running.
+const ExternalWorkFinalizer = "toolnexus.dev/external-work"
+
 // ReasonInvalidPolicy: the ApprovalPolicy's selectors, when or prompt cannot be used; it refuses
 // every call it would gate until fixed.
 const ReasonInvalidPolicy = "InvalidPolicy"

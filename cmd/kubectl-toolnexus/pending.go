@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
@@ -168,6 +170,7 @@ func (o *options) runShow(ctx context.Context, name string) error {
 	}
 	field("Phase", phaseOf(pr))
 	field("Age", age(pr.CreationTimestamp, time.Now()))
+	field("MCP servers", o.mcpServersOf(ctx, pr))
 	b.WriteString("\nRequest\n")
 	field("  ID", req.ID)
 	field("  Kind", req.Kind)
@@ -227,6 +230,25 @@ func (o *options) runShow(ctx context.Context, name string) error {
 	}
 	_, err := fmt.Fprint(o.out, b.String())
 	return err
+}
+
+// mcpServersOf is what the request's run says of its MCP servers: which answered when its tools
+// were last built and the MCP revision each speaks, which decides how a server's tool asks for
+// input (ToolsReady). "" when the run has no MCP server or cannot be read (it is gone, or the
+// user may read requests but not runs), or is another run of the same name: the request is shown
+// all the same.
+func (o *options) mcpServersOf(ctx context.Context, pr *toolnexusv1alpha1.PendingRequest) string {
+	run := &toolnexusv1alpha1.AgentRun{}
+	if err := o.client.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: pr.Spec.RunRef.Name}, run); err != nil {
+		return ""
+	}
+	if owner := metav1.GetControllerOf(pr); owner != nil && owner.UID != run.UID {
+		return ""
+	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, toolnexusv1alpha1.ConditionToolsReady); c != nil {
+		return c.Message
+	}
+	return ""
 }
 
 // showApprovals writes the Approvals section of a request that needs several: how many, the

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
@@ -236,6 +237,25 @@ var _ = Describe("kubectl toolnexus", func() {
 			Expect(got.Spec.Request.ID).To(Equal("pnd-lx2k1-1"))
 			Expect(got.Status.Answer).NotTo(BeNil())
 			Expect(got.ManagedFields).To(BeEmpty())
+		})
+
+		It("shows the MCP revision each of the run's servers speaks", func() {
+			run := newRun(ns, toolnexusv1alpha1.AgentRunStatus{Phase: toolnexusv1alpha1.RunPhaseSuspended, Conditions: []metav1.Condition{{
+				Type: toolnexusv1alpha1.ConditionToolsReady, Status: metav1.ConditionTrue, Reason: toolnexusv1alpha1.ReasonToolsAvailable,
+				Message: "Every MCP server answered: ci (MCP 2026-07-28), docs (MCP 2025-11-25)", LastTransitionTime: metav1.Now()}}})
+			preq := newRequest(ns, "input", approvers)
+			stdout, stderr, err := kubectlToolnexus("alice", "-n", ns, "show", preq.Name)
+			Expect(err).NotTo(HaveOccurred(), stderr)
+			Expect(stdout).To(ContainSubstring("\nMCP servers: Every MCP server answered: ci (MCP 2026-07-28), docs (MCP 2025-11-25)\n\nRequest\n"))
+
+			// A request of an earlier run of the same name does not show this run's servers.
+			other := newRequest(ns, "input", approvers)
+			other.OwnerReferences = []metav1.OwnerReference{{APIVersion: toolnexusv1alpha1.GroupVersion.String(), Kind: "AgentRun",
+				Name: run.Name, UID: "an-earlier-run", Controller: ptr.To(true)}}
+			Expect(admin.Update(ctx, other)).To(Succeed())
+			stdout, stderr, err = kubectlToolnexus("alice", "-n", ns, "show", other.Name)
+			Expect(err).NotTo(HaveOccurred(), stderr)
+			Expect(stdout).NotTo(ContainSubstring("MCP servers:"))
 		})
 
 		It("names what is missing", func() {

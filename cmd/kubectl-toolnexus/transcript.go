@@ -99,8 +99,12 @@ func printTranscript(out io.Writer, run *toolnexusv1alpha1.AgentRun, st *state.S
 		fmt.Fprintf(&b, "\n[calls of turn %d in progress]\n", st.Turn)
 		for _, c := range st.Calls {
 			fmt.Fprintf(&b, "  %s %s: %s", c.Name, c.ID, c.Phase)
-			if c.Request != nil {
-				fmt.Fprintf(&b, " (%s: %s)", c.Request.Kind, oneLine(c.Request.Prompt, 80))
+			for _, a := range c.Asks() {
+				answered := ""
+				if a.Answer != nil && c.Round != nil {
+					answered = ", answered" // the call runs once every request of its round is
+				}
+				fmt.Fprintf(&b, " (%s: %s%s)", a.Request.Kind, oneLine(a.Request.Prompt, 80), answered)
 			}
 			if w := c.Wait; w != nil {
 				fmt.Fprintf(&b, " (on %s %s of %s: %s, %d looks, next %s)", w.Kind, w.ID, w.Server, oneLine(w.Status, 40), w.Polls, w.NextPoll)

@@ -57,7 +57,10 @@ var _ = Describe("AgentRun with MCP servers", func() {
 		Expect(reqs[0].Spec.Request.Kind).To(Equal("input"))
 		Expect(reqs[0].Spec.Request.Prompt).To(Equal("Which environment?"))
 		Expect(string(reqs[0].Spec.Request.Data.Raw)).To(ContainSubstring(`"required":["env"]`))
-		Expect(condition(run, toolnexusv1alpha1.ConditionToolsReady).Status).To(Equal(metav1.ConditionTrue))
+		tools := condition(run, toolnexusv1alpha1.ConditionToolsReady)
+		Expect(tools.Status).To(Equal(metav1.ConditionTrue))
+		// A server of the revision before keeps the elicitation path.
+		Expect(tools.Message).To(Equal("Every MCP server answered: ops (MCP 2025-11-25)"))
 		answer(&reqs[0], `{"ok":true,"data":{"env":"staging"}}`)
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
 		Expect(lastToolMessages(model)).To(ConsistOf(HaveKeyWithValue("content", "deployed to staging")))
@@ -71,7 +74,7 @@ var _ = Describe("AgentRun with MCP servers", func() {
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
 		c := condition(run, toolnexusv1alpha1.ConditionToolsReady)
 		Expect(c.Status).To(Equal(metav1.ConditionFalse))
-		Expect(c.Message).To(ContainSubstring("ops: does not offer the allow-listed tools delpoy"))
+		Expect(c.Message).To(ContainSubstring("ops: does not offer the allow-listed tools delpoy; answered: ops (MCP 2025-11-25)"))
 		Expect(model.Requests()[0].JSON(GinkgoT())["tools"]).To(HaveLen(1), "the tool it offers is still there")
 	})
 

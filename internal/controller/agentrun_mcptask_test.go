@@ -4,6 +4,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,6 +51,8 @@ var _ = Describe("AgentRun with MCP tasks", func() {
 		Expect(metricValue("toolnexus_external_wait_polls_total", map[string]string{"tool": "ci_build", "outcome": "done"})).To(BeNumerically(">=", 1))
 		Eventually(func() float64 { return metricValue("toolnexus_external_waits", map[string]string{"namespace": ns}) }, eventually).Should(BeZero())
 		Expect(ts.Cancelled()).To(BeEmpty())
+		Eventually(func() []string { return getRun(run).Finalizers }, eventually).ShouldNot(ContainElement(toolnexusv1alpha1.ExternalWorkFinalizer),
+			"a run that waits on nothing holds nothing")
 	})
 
 	It("cancels the task when the run is cancelled", func() {
@@ -62,6 +65,37 @@ var _ = Describe("AgentRun with MCP tasks", func() {
 		Expect(ts.Status("task-1")).To(Equal("cancelled"))
 		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseFailed))
 		Expect(condition(run, toolnexusv1alpha1.ConditionSucceeded).Reason).To(Equal(toolnexusv1alpha1.ReasonCancelled))
+	})
+
+	It("cancels the task when the run is deleted, then lets the run go", func() {
+		ts := toolstest.ServeTasks(GinkgoT(), map[string]toolstest.TaskSpec{"build": {Polls: 10_000}})
+		run, _ := taskRun(ns, "task-deleted", ts, "build")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(ts.Polls, eventually).Should(BeNumerically(">=", 1))
+		Eventually(func() []string { return getRun(run).Finalizers }, eventually).Should(ContainElement(toolnexusv1alpha1.ExternalWorkFinalizer))
+		Expect(k8sClient.Delete(ctx, getRun(run))).To(Succeed())
+		Eventually(ts.Cancelled, eventually).Should(Equal([]string{"task-1"}))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), &toolnexusv1alpha1.AgentRun{}))
+		},
+			eventually).Should(BeTrue(), "the run goes once its task is cancelled")
+	})
+
+	It("lets a deleted run go after a few attempts when its task's server is down", func() {
+		ts := toolstest.ServeTasks(GinkgoT(), map[string]toolstest.TaskSpec{"build": {Polls: 10_000}})
+		run, _ := taskRun(ns, "task-deleted-down", ts, "build")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(func() []string { return getRun(run).Finalizers }, eventually).Should(ContainElement(toolnexusv1alpha1.ExternalWorkFinalizer))
+		ts.Refuse(true)
+		deleted := getRun(run)
+		Expect(k8sClient.Delete(ctx, deleted)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), &toolnexusv1alpha1.AgentRun{}))
+		},
+			eventually).Should(BeTrue(), "the deletion is not held past the attempts")
+		Expect(ts.Cancelled()).To(BeEmpty())
+		Eventually(func() int { return occurrences(deleted, "TaskCancelFailed") }, eventually).Should(Equal(1))
+		Eventually(func() int { return occurrences(deleted, "ExternalWorkReleased") }, eventually).Should(Equal(1))
 	})
 
 	It("parks a task that asks for input on a PendingRequest and hands the answer to the task", func() {
@@ -81,6 +115,33 @@ var _ = Describe("AgentRun with MCP tasks", func() {
 			`greet done with {"ref":"main"}; name={"action":"accept","content":{"name":"Ada"}}`)))
 		Expect(ts.Calls("greet")).To(Equal(1))
 		Expect(ts.Updates()).To(Equal(1))
+	})
+
+	It("parks a task's two input requests on a PendingRequest each, in turn, and hands both to the task", func() {
+		ts := toolstest.ServeTasks(GinkgoT(), map[string]toolstest.TaskSpec{"pair": {Ask: map[string]*mcp.ElicitParams{
+			"a": {Mode: "form", Message: "First?", RequestedSchema: map[string]any{"type": "object"}},
+			"b": {Mode: "url", Message: "Sign in", URL: "https://idp.example.com/consent"},
+		}}})
+		run, model := taskRun(ns, "task-pair", ts, "pair")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		first := waitSuspended(run, 1)[0]
+		Expect(first.Spec.Request.Prompt).To(Equal("First?"))
+		answer(&first, `{"ok":true,"data":{"name":"Ada"}}`)
+		Eventually(func() []toolnexusv1alpha1.PendingRequest { return requestsOf(run) }, eventually).Should(HaveLen(2),
+			"the second request gets a name of its own")
+		var second toolnexusv1alpha1.PendingRequest
+		for _, p := range requestsOf(run) {
+			if p.Name != first.Name {
+				second = p
+			}
+		}
+		Expect(second.Spec.Request.Kind).To(Equal("authorization"))
+		answer(&second, `{"ok":true}`)
+		Eventually(phaseOf(run), eventually).Should(Equal(toolnexusv1alpha1.RunPhaseSucceeded))
+		Expect(lastToolMessages(model)).To(ConsistOf(HaveKeyWithValue("content",
+			`pair done with {"ref":"main"}; a={"action":"accept","content":{"name":"Ada"}}; b={"action":"accept"}`)))
+		Expect(ts.Calls("pair")).To(Equal(1))
+		Expect(ts.Updates()).To(Equal(2))
 	})
 
 	It("tells the model when the server no longer knows the task, and the run goes on", func() {

@@ -61,24 +61,29 @@ func (c *Client) stepWithRetries(ctx context.Context, st *State, tk *tools.Toolk
 	}
 }
 
-// waitFor asks WaitFor about every open suspension concurrently (a parked WaitFor for one call
-// must not hold up another) and records the answers in call order.
+// waitFor asks WaitFor about every open request concurrently (a parked WaitFor for one call must
+// not hold up another, nor one request of a round another) and records the answers in order.
 func (c *Client) waitFor(ctx context.Context, st *State) error {
-	open := st.Suspended()
+	open := st.Open()
 	answers := make([]tools.Answer, len(open))
 	errs := make([]error, len(open))
 	var wg sync.WaitGroup
-	for i, call := range open {
-		wg.Go(func() { answers[i], errs[i] = c.opts.WaitFor(ctx, *call.Request) })
+	for i, o := range open {
+		wg.Go(func() { answers[i], errs[i] = c.opts.WaitFor(ctx, o.Ask.Request) })
 	}
 	wg.Wait()
-	for i, call := range open {
+	refused := map[string]bool{}
+	for i, o := range open {
 		if errs[i] != nil {
-			return fmt.Errorf("loop: WaitFor for %s (request %s): %w", call.Name, call.Request.ID, errs[i])
+			return fmt.Errorf("loop: WaitFor for %s (request %s): %w", o.Call.Name, o.Ask.Request.ID, errs[i])
 		}
-		if err := st.Answer(call.ID, answers[i]); err != nil {
-			return fmt.Errorf("loop: WaitFor answered %s unusably: %w", call.Name, err)
+		if refused[o.Call.ID] {
+			continue // a refusal of an earlier request of its round finished the call
 		}
+		if err := st.AnswerAsk(o.Call.ID, o.Ask.Index, answers[i]); err != nil {
+			return fmt.Errorf("loop: WaitFor answered %s unusably: %w", o.Call.Name, err)
+		}
+		refused[o.Call.ID] = !answers[i].OK
 	}
 	return nil
 }

@@ -268,6 +268,9 @@ func (c *Client) suspend(call *Call, o *execution) (Call, bool) {
 	if w := tools.WaitOf(o.result); w != nil {
 		return c.wait(call, o, w)
 	}
+	if r := tools.RoundOf(o.result); r != nil && !o.gated {
+		return c.askRound(call, o, r)
+	}
 	req := tools.PendingOf(o.result)
 	if req == nil {
 		return Call{}, false
@@ -426,12 +429,15 @@ func (c *Client) executeWithAnswer(ctx context.Context, call Call, tk *tools.Too
 		h := call.Wait.Wait
 		tc.Wait = &h
 	}
+	if call.Round != nil {
+		tc.Answer, tc.Round = nil, roundOf(call)
+	}
 	o.result = tk.Execute(ctx, call.Name, o.args, tc)
 	o.event = Event{Kind: EventTool, Tool: call.Name, Source: tool.Source, Duration: c.now().Sub(start)}
 	o.event.Pending = tools.PendingOf(o.result) != nil
 	o.event.Waiting = tools.WaitOf(o.result) != nil
 	o.event.IsError = o.result.IsError && !o.event.Pending && !o.event.Waiting
-	if (o.event.Pending && (call.Gated || call.Wait != nil)) || o.event.Waiting {
+	if (o.event.Pending && (call.Gated || call.Wait != nil || call.Round != nil)) || o.event.Waiting {
 		return o
 	}
 	o.result, o.err = c.afterTool(ctx, call, o.args, o.result, turn)

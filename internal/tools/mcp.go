@@ -214,7 +214,10 @@ func (s *MCPServer) open(ctx context.Context, elicit func(context.Context, *mcp.
 		return nil, fmt.Errorf("mcp server %s: %w", s.spec.Name, err)
 	}
 	httpClient, bodies, hdrs := s.httpClient(ctx, hdrs)
-	client := mcp.NewClient(clientInfo, &mcp.ClientOptions{ElicitationHandler: elicit, Capabilities: clientCapabilities()})
+	// The SDK's own multi round-trip handling is off: it would answer an input_required result
+	// within the call, through elicit, while the call must park on it instead (Asking).
+	client := mcp.NewClient(clientInfo, &mcp.ClientOptions{ElicitationHandler: elicit, Capabilities: clientCapabilities(),
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true}})
 	connectCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
 	defer cancel()
 	transport := &mcp.StreamableClientTransport{Endpoint: s.spec.URL, HTTPClient: httpClient}

@@ -20,7 +20,6 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 	fail := func(msg string) ToolResult {
 		return ToolResult{Output: fmt.Sprintf("MCP server %s: tool %s: %s", s.spec.Name, name, msg), IsError: true}
 	}
-	bridge := &elicitBridge{callID: tc.CallID, answer: tc.Answer}
 	if args == nil {
 		args = map[string]any{}
 	}
@@ -30,9 +29,11 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 		if tc.Wait != nil {
 			return s.pollTask(callCtx, tc, fail)
 		}
-		return s.callAsTask(callCtx, name, args, bridge, fail)
+		return s.callAsTask(callCtx, name, args, tc, fail)
 	}
 
+	// Only a 2025-11-25 server elicits within the call; the bridge answers it (mcp_elicit.go).
+	bridge := &elicitBridge{callID: tc.CallID, answer: tc.Answer}
 	session, err := s.open(ctx, bridge.handle)
 	if err != nil {
 		return fail(err.Error())
@@ -40,9 +41,16 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 	defer closeSession(session.ClientSession)
 	callCtx, cancel := context.WithTimeout(ctx, s.spec.Timeout)
 	defer cancel()
-	meta := map[string]any{}
-	traceparent(ctx, meta)
-	res, err := session.CallTool(callCtx, &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args})
+	params := &mcp.CallToolParams{Meta: map[string]any{}, Name: name, Arguments: args}
+	traceparent(ctx, params.Meta)
+	if r := tc.Round; r != nil {
+		responses := mcp.InputResponseMap{}
+		for key, resp := range inputResponses(r) {
+			responses[key] = resp
+		}
+		params.InputResponses, params.RequestState = responses, r.Resume
+	}
+	res, err := session.CallTool(callCtx, params)
 	// A call that elicited without an answer ends as that suspension, whatever the server
 	// made of the "cancel" it was given.
 	if req := bridge.suspension(); req != nil {
@@ -58,6 +66,17 @@ func (s *MCPServer) call(ctx context.Context, name string, args map[string]any, 
 			return fail(fmt.Sprintf("no result within %s", s.spec.Timeout))
 		}
 		return fail(session.explain(err))
+	}
+	if res.NeedsInput() {
+		asked := make(map[string]*mcp.ElicitParams, len(res.InputRequests))
+		for key, ir := range res.InputRequests {
+			p, ok := ir.(*mcp.ElicitParams)
+			if !ok {
+				return fail(fmt.Sprintf("input request %q asks for %T; this client declares only elicitation", key, ir))
+			}
+			asked[key] = p
+		}
+		return asking(tc.CallID, asked, res.RequestState, session.hdrs, fail)
 	}
 	out := mcpResult(res)
 	out.Output = capOutput(session.hdrs.redact(out.Output), s.spec.MaxOutputBytes, false, -1)

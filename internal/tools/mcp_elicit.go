@@ -11,6 +11,9 @@ import (
 )
 
 // elicitBridge turns the elicitations of one tool call into suspensions (README, "MCP servers").
+// Only a 2025-11-25 server elicits within a call (an elicitation/create request on its session);
+// a 2026-07-28 server asks in an input_required result instead, which parks as a round
+// (mcp_round.go) and needs no bridge.
 //
 // An elicitation lives inside an open tool call, but a suspension ends the call, and the answer
 // may come hours later to another manager process. So the bridge does not hold the call open:
@@ -21,8 +24,6 @@ import (
 //     is discarded and the call returns the suspension. Cancelling the call's context instead
 //     would race the SDK's asynchronous notifications/cancelled against closing the session and
 //     could leave the server's handler waiting on an elicitation nobody answers.
-//     The same holds in both protocol generations: in the stateless one (2026-07-28) the
-//     elicitation arrives in an input-required result and the "cancel" goes back with the retry.
 //   - Re-execution with tc.Answer: the call runs again from the start. When the server elicits
 //     again and the elicitation's id (derived from the call id, mode, message and schema, see
 //     elicitationID) equals the answer's id, the bridge replays the answer once; the call then
@@ -58,13 +59,15 @@ func (b *elicitBridge) suspension() *Request {
 }
 
 // elicitationRequest maps an elicitation to a Request: form mode asks for input against the
-// requested schema, URL mode asks for an authorization at the URL.
-func elicitationRequest(callID string, p *mcp.ElicitParams) Request {
+// requested schema, URL mode asks for an authorization at the URL. Its id is derived from scope
+// (the call id; for an input request of a round, the call id and the request's key) and the
+// elicitation (elicitationID).
+func elicitationRequest(scope string, p *mcp.ElicitParams) Request {
 	if p == nil {
 		p = &mcp.ElicitParams{}
 	}
 	if p.Mode == "url" || (p.Mode == "" && (p.URL != "" || p.ElicitationID != "")) {
-		r := Request{ID: elicitationID(callID, "url", p.Message, nil), Kind: KindAuthorization, Prompt: p.Message, URL: p.URL}
+		r := Request{ID: elicitationID(scope, "url", p.Message, nil), Kind: KindAuthorization, Prompt: p.Message, URL: p.URL}
 		if r.Prompt == "" {
 			r.Prompt = DefaultAuthPrompt
 		}
@@ -74,15 +77,15 @@ func elicitationRequest(callID string, p *mcp.ElicitParams) Request {
 		return r
 	}
 	schema := jsonNative(p.RequestedSchema)
-	return Request{ID: elicitationID(callID, "form", p.Message, schema), Kind: KindInput, Prompt: p.Message,
+	return Request{ID: elicitationID(scope, "form", p.Message, schema), Kind: KindInput, Prompt: p.Message,
 		Data: map[string]any{"schema": schema}}
 }
 
 // elicitationID is "elc-" and a digest of what makes an elicitation the same question when the
-// call is re-executed: the call id, the mode, the message and (for forms) the schema. A URL is
-// left out: it often carries a fresh state or elicitation id on every attempt.
-func elicitationID(callID, mode, message string, schema any) string {
-	raw, _ := json.Marshal([]any{callID, mode, message, schema})
+// call is re-executed: its scope (elicitationRequest), the mode, the message and (for forms) the
+// schema. A URL is left out: it often carries a fresh state or elicitation id on every attempt.
+func elicitationID(scope, mode, message string, schema any) string {
+	raw, _ := json.Marshal([]any{scope, mode, message, schema})
 	sum := sha256.Sum256(raw)
 	return "elc-" + hex.EncodeToString(sum[:8])
 }

@@ -34,8 +34,6 @@ const (
 	// before it, whose servers keep the elicitation path.
 	RevisionStateless = "2026-07-28"
 	RevisionLegacy    = "2025-11-25"
-	// maxInputRounds bounds the input_required rounds of one tools/call, as the SDK does.
-	maxInputRounds = 10
 )
 
 // Task statuses.
@@ -173,63 +171,43 @@ func traceparent(ctx context.Context, meta map[string]any) {
 }
 
 // callAsTask runs a tools/call on a server that declares the tasks extension: the result is the
-// tool's, a wait on the task the server made of it, or the suspension an input round asked for
-// (through bridge, as the SDK's own rounds do).
-func (s *MCPServer) callAsTask(ctx context.Context, name string, args map[string]any, bridge *elicitBridge, fail func(string) ToolResult) ToolResult {
+// tool's, a wait on the task the server made of it, or the round of input it asked for (Asking);
+// the retry of that round (tc.Round) carries the answers and the requestState.
+func (s *MCPServer) callAsTask(ctx context.Context, name string, args map[string]any, tc *ToolContext, fail func(string) ToolResult) ToolResult {
 	rpc, session, err := s.dialTasks(ctx)
 	if err != nil {
 		return fail(err.Error())
 	}
 	defer rpc.close()
 	params := map[string]any{"name": name, "arguments": args}
-	for round := 1; ; round++ {
-		raw, err := rpc.call(ctx, "tools/call", params, name)
-		if err != nil {
-			if req := bridge.suspension(); req != nil {
-				return Pending(*req)
-			}
-			return fail(session.explain(err))
-		}
-		var res callResult
-		if err := json.Unmarshal(raw, &res); err != nil {
-			return fail(fmt.Sprintf("the result is not a tools/call result: %v", err))
-		}
-		switch res.ResultType {
-		case "task":
-			return s.taskHandle(&res.task, fail)
-		case "input_required":
-			if req := bridge.suspension(); req != nil {
-				return Pending(*req) // the round before asked a person: that is the call's answer
-			}
-			if round >= maxInputRounds {
-				return fail(fmt.Sprintf("the server asked for input %d times in one call; at most %d rounds are answered", round, maxInputRounds))
-			}
-			if len(res.InputRequests) == 0 {
-				return fail("the server answered input_required without any input request")
-			}
-			responses := map[string]any{}
-			for key, ir := range res.InputRequests {
-				p, err := elicitation(ir)
-				if err != nil {
-					return fail(fmt.Sprintf("input request %q: %v", key, err))
-				}
-				resp, _ := bridge.handle(ctx, &mcp.ElicitRequest{Params: p})
-				responses[key] = resp
-			}
-			params = map[string]any{"name": name, "arguments": args, "inputResponses": responses, "requestState": res.RequestState}
-		default:
-			if req := bridge.suspension(); req != nil {
-				return Pending(*req)
-			}
-			var out mcp.CallToolResult
-			if err := json.Unmarshal(raw, &out); err != nil {
-				return fail(fmt.Sprintf("the result is not a tools/call result: %v", err))
-			}
-			r := mcpResult(&out)
-			r.Output = capOutput(session.hdrs.redact(r.Output), s.spec.MaxOutputBytes, false, -1)
-			return r
-		}
+	if r := tc.Round; r != nil {
+		params["inputResponses"], params["requestState"] = inputResponses(r), r.Resume
 	}
+	raw, err := rpc.call(ctx, "tools/call", params, name)
+	if err != nil {
+		return fail(session.explain(err))
+	}
+	var res callResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fail(fmt.Sprintf("the result is not a tools/call result: %v", err))
+	}
+	switch res.ResultType {
+	case "task":
+		return s.taskHandle(&res.task, fail)
+	case "input_required":
+		asked, err := elicitations(res.InputRequests)
+		if err != nil {
+			return fail(err.Error())
+		}
+		return asking(tc.CallID, asked, res.RequestState, session.hdrs, fail)
+	}
+	var out mcp.CallToolResult
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return fail(fmt.Sprintf("the result is not a tools/call result: %v", err))
+	}
+	r := mcpResult(&out)
+	r.Output = capOutput(session.hdrs.redact(r.Output), s.spec.MaxOutputBytes, false, -1)
+	return r
 }
 
 // elicitation reads an input request the client can answer: an elicitation. Sampling and roots

@@ -137,3 +137,23 @@ func TestMCPTaskEnds(t *testing.T) {
 		t.Errorf("cancelling a forgotten task: %v, want the server's refusal", err)
 	}
 }
+
+// TestMCPTaskServerRound: a plain tool of a server that declares the tasks extension may answer
+// input_required too (the calls go through taskRPC there): a round, whose retry carries the
+// answer and the requestState.
+func TestMCPTaskServerRound(t *testing.T) {
+	ts, tk, _ := taskServer(t)
+	res := run(tk, "confirm", nil, nil)
+	round := tools.RoundOf(res)
+	if round == nil || round.Resume != "confirm-1" || len(round.Asks) != 1 || round.Asks[0].Key != "ok" || round.Asks[0].Request.Prompt != "Go ahead?" {
+		t.Fatalf("result %+v, want a round asking ok with requestState confirm-1", res)
+	}
+	round.Asks[0].Answer = &tools.Answer{ID: round.Asks[0].Request.ID, OK: true, Data: map[string]any{}}
+	got := tk.Execute(context.Background(), "ci_confirm", nil, &tools.ToolContext{CallID: "call_1", Round: round})
+	if got.IsError || got.Output != "confirmed: accept (requestState confirm-1)" {
+		t.Errorf("retry = %+v, want the answer and the requestState handed back", got)
+	}
+	if n := ts.Calls("confirm"); n != 2 {
+		t.Errorf("tools/call reached confirm %d times, want 2", n)
+	}
+}

@@ -15,6 +15,10 @@ type (
 	ToolResult = wire.ToolResult
 	// Wait is the handle of external work a call waits on (an MCP task); see wire.Wait.
 	Wait = wire.Wait
+	// Round is what a call asks in one go (several requests, answered together); see wire.Round.
+	Round = wire.Round
+	// Ask is one request of a Round.
+	Ask = wire.Ask
 )
 
 // Request kinds, answer reasons and data keys of the toolnexus vocabulary.
@@ -49,4 +53,6 @@ var (
 	ErrNoOutput    = wire.ErrNoOutput
 	Waiting        = wire.Waiting
 	WaitOf         = wire.WaitOf
+	Asking         = wire.Asking
+	RoundOf        = wire.RoundOf
 )

@@ -32,6 +32,9 @@ type ToolContext struct {
 	// Wait is set when the call waits on external work it started (Waiting): the tool looks at
 	// that work (and hands it Answer, when set) instead of starting it again.
 	Wait *Wait
+	// Round is set on the retry after every request of a round the call asked (Asking) was
+	// answered with ok: true: the round as asked, each request with its answer. Answer is then nil.
+	Round *Round
 }
 
 // Tool is one callable tool.

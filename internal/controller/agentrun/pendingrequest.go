@@ -16,6 +16,7 @@ import (
 	"github.com/toolnexus/operator/internal/controller/policy"
 	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
+	"github.com/toolnexus/operator/internal/loop/state"
 	"github.com/toolnexus/operator/internal/tools"
 )
 
@@ -41,21 +42,26 @@ func requestName(run string, turn int, callID string) string {
 	return name + suffix
 }
 
-// newPendingRequest builds the PendingRequest for a suspended call of the current turn. Everything
-// in it comes from the saved state and the run's immutable (effective) spec, so building it again after a
-// crash gives the same object. It shows the arguments the retry will run with, whole.
+// newPendingRequest builds the PendingRequest for the request ask of a suspended call of the
+// current turn. Everything in it comes from the saved state and the run's immutable (effective)
+// spec, so building it again after a crash gives the same object. It shows the arguments the retry
+// will run with, whole.
 //
 // A policy's gate carries its policy's terms (saved with the call, so a policy edited since does
 // not change the request); with audit the request keeps the audit finalizer until its events are
 // delivered.
-func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1alpha1.SuspensionPolicy, turn int, call loop.Call, audit bool) (*toolnexusv1alpha1.PendingRequest, error) {
-	req := call.Request
+func newPendingRequest(run *toolnexusv1alpha1.AgentRun, suspension *toolnexusv1alpha1.SuspensionPolicy, turn int, call loop.Call, ask state.Ask, audit bool) (*toolnexusv1alpha1.PendingRequest, error) {
+	req := ask.Request
 	data, err := rawJSON(req.Data)
 	if err != nil {
 		return nil, fmt.Errorf("request data of call %s: %w", call.ID, err)
 	}
 	id := call.ID
 	switch {
+	case call.Round != nil || call.Wait != nil:
+		// One of several requests of the call: those of its round, asked at once, or those its
+		// work asks in turn. Each is named by its own id too.
+		id += "/" + req.ID
 	case call.Approval != nil:
 		// The tool's own suspension after its gates approved: the first gate's request has the plain name.
 		id += "/tool"

@@ -34,14 +34,14 @@ func TestNewPendingRequestCopiesTheRequester(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
 			run.Spec.RequestedBy = tc.requestedBy
-			preq, err := newPendingRequest(run, run.Spec.Suspension, 1, tc.call, false)
+			preq, err := newPendingRequest(run, run.Spec.Suspension, 1, tc.call, tc.call.Asks()[0], false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if preq.Spec.RequestedBy != tc.requestedBy {
 				t.Errorf("spec.requestedBy = %q, want the run's %q", preq.Spec.RequestedBy, tc.requestedBy)
 			}
-			again, err := newPendingRequest(run.DeepCopy(), run.Spec.Suspension, 1, tc.call, false)
+			again, err := newPendingRequest(run.DeepCopy(), run.Spec.Suspension, 1, tc.call, tc.call.Asks()[0], false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,7 +68,7 @@ func TestNewPendingRequestOfAPolicyGate(t *testing.T) {
 	call := waitingCall("call_1")
 	call.Gated, call.Gate = true, &loop.Gate{Key: "policy/prod-changes", Terms: raw}
 	run := decisionRun(toolnexusv1alpha1.OnTimeoutDecline)
-	first, err := newPendingRequest(run, run.Spec.Suspension, 1, call, true)
+	first, err := newPendingRequest(run, run.Spec.Suspension, 1, call, call.Asks()[0], true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestNewPendingRequestOfAPolicyGate(t *testing.T) {
 	}
 
 	call.Passed = []string{"policy/a-first"}
-	later, err := newPendingRequest(run, run.Spec.Suspension, 1, call, false)
+	later, err := newPendingRequest(run, run.Spec.Suspension, 1, call, call.Asks()[0], false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestNewPendingRequestOfAPolicyGate(t *testing.T) {
 	}
 
 	call.Gate.Terms = []byte(`{"policy":{}}`)
-	if _, err := newPendingRequest(run, run.Spec.Suspension, 1, call, false); err == nil {
+	if _, err := newPendingRequest(run, run.Spec.Suspension, 1, call, call.Asks()[0], false); err == nil {
 		t.Error("terms that name no policy built a request")
 	}
 }

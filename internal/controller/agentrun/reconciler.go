@@ -126,7 +126,8 @@ type Policies interface {
 
 // Why each permission is there (the manager's ClusterRole is generated from these markers):
 //   - agentruns get/list/watch: the work queue; delete: ttlSecondsAfterFinished; create: the
-//     child run of a sub-agent call; patch: its spec.cancel when the parent stops waiting on it.
+//     child run of a sub-agent call; patch: its spec.cancel when the parent stops waiting on it,
+//     and the external-work finalizer, held while a run waits on an MCP task (release.go).
 //   - agentruns/status get/patch: the run's status; agentruns/finalizers update: the controller
 //     owner references it sets on requests and records (clusters that enforce
 //     OwnerReferencesPermissionEnforcement require it).
@@ -218,7 +219,11 @@ func (r *Reconciler) open(ctx context.Context, req ctrl.Request) (*scope, ctrl.R
 		return nil, ctrl.Result{}, err
 	}
 	if !run.DeletionTimestamp.IsZero() {
-		return nil, ctrl.Result{}, r.cancelChildren(ctx, run, nil, "the run that started it is being deleted")
+		if err := r.cancelChildren(ctx, run, nil, "the run that started it is being deleted"); err != nil {
+			return nil, ctrl.Result{}, err
+		}
+		res, err := r.releaseWaits(ctx, run)
+		return nil, res, err
 	}
 	if finished(run) {
 		res, err := r.reconcileFinished(ctx, run)
@@ -296,6 +301,9 @@ func (r *Reconciler) project(ctx context.Context, s *scope) error {
 	setStatus(s.run, s.rec, append(openSummaries(s), below...), s.progress, s.now)
 	key := runKey(s.run)
 	r.Metrics.Waits.Set(key.Namespace, key.String(), waitsOf(s.rec.State))
+	if _, err := r.holdWhileWaiting(ctx, s); err != nil { // a conflict is taken again by the next look
+		return err
+	}
 	r.owe(s) // an end no record holds (the record was unreadable) is reported all the same
 	if s.inflight && !finished(s.run) && progressOnly(&s.before.Status, &s.run.Status) && !r.steps.reportDue(key, s.run.UID, s.now) {
 		// A running run's counters are reported at most every statusInterval; the record holds them.
@@ -385,7 +393,7 @@ func (r *Reconciler) stepEndPhase(ctx context.Context, s *scope) (phaseOut, erro
 	var end *state.StepEnd
 	if o := s.outcome; o != nil {
 		end = &state.StepEnd{State: o.state, Failure: failureOf(o.err)}
-		s.progress.toolsBuilt, s.progress.mcpFailures = o.toolsBuilt, o.mcpFailures
+		s.progress.toolsBuilt, s.progress.mcp = o.toolsBuilt, o.mcp
 		s.events = append(o.events, s.events...)
 	}
 	if end == nil && !s.run.Spec.Cancel {
@@ -506,6 +514,9 @@ func (r *Reconciler) owe(s *scope) {
 func (r *Reconciler) reconcileFinished(ctx context.Context, run *toolnexusv1alpha1.AgentRun) (ctrl.Result, error) {
 	if err := r.cancelChildren(ctx, run, nil, "the run that started it ended"); err != nil {
 		return ctrl.Result{}, err
+	}
+	if res, err := r.dropFinalizer(ctx, run); err != nil || !res.IsZero() {
+		return res, err // a finished run waits on nothing: its end stopped its work
 	}
 	ttl := run.Spec.TTLSecondsAfterFinished
 	if ttl == nil || run.Status.CompletionTime == nil {

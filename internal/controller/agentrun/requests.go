@@ -102,11 +102,12 @@ func (r *Reconciler) policyOf(s *scope) state.Policy {
 // is handed to Settle as it is, and ends the run closed.
 func (r *Reconciler) seen(ctx context.Context, s *scope) ([]state.Seen, error) {
 	var out []state.Seen
-	for _, call := range s.rec.State.Suspended() {
-		if call.Announced == nil {
+	for _, open := range s.rec.State.Open() {
+		announced := open.Ask.Announced
+		if announced == nil {
 			continue
 		}
-		name := call.Announced.Name
+		name := announced.Name
 		preq := s.requests[name]
 		if preq == nil {
 			live, err := r.liveRequest(ctx, s.run.Namespace, name)
@@ -117,7 +118,7 @@ func (r *Reconciler) seen(ctx context.Context, s *scope) ([]state.Seen, error) {
 				out = append(out, state.Seen{Name: name, Gone: true})
 				continue
 			}
-			if string(live.UID) == call.Announced.UID && metav1.IsControlledBy(live, s.run) {
+			if string(live.UID) == announced.UID && metav1.IsControlledBy(live, s.run) {
 				s.requests[name] = live // the cache has not seen it yet
 			}
 			preq = live
@@ -159,8 +160,10 @@ func (r *Reconciler) report(ctx context.Context, s *scope, e state.Effect) {
 	}
 	kind := ""
 	for _, c := range s.rec.State.Calls {
-		if c.ID == e.CallID && c.Request != nil {
-			kind = c.Request.Kind
+		for _, a := range c.Asks() {
+			if c.ID == e.CallID && a.Announced != nil && a.Announced.Name == e.Name {
+				kind = a.Request.Kind
+			}
 		}
 	}
 	s.event(func() {
@@ -230,59 +233,72 @@ func (r *Reconciler) expire(ctx context.Context, preq *toolnexusv1alpha1.Pending
 	return true, nil
 }
 
-// announce creates the PendingRequest of every suspended call that has none yet and marks the
-// call with it. It runs after the record that holds the suspension was saved, so a crash in
-// between re-creates the same request (deterministic name and spec). A request that already
-// exists is adopted only when this run controls it and its spec is the one the run would
-// create; anything else ends the run closed, naming the object.
+// announce creates the PendingRequest of every request of a suspended call that has none yet
+// (one per request: a round has several) and marks the call with it. It runs after the record
+// that holds the suspension was saved, so a crash in between re-creates the same request
+// (deterministic name and spec). A request that already exists is adopted only when this run
+// controls it and its spec is the one the run would create; anything else ends the run closed,
+// naming the object.
 func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 	st := s.rec.State
 	for i := range st.Calls {
-		call := &st.Calls[i]
-		if call.Phase != loop.PhaseSuspended || call.Announced != nil {
+		if st.Calls[i].Phase != loop.PhaseSuspended {
 			continue
 		}
-		preq, err := newPendingRequest(s.run, s.spec.Suspension, st.Turn, *call, r.Audit)
-		if err != nil {
-			return err
-		}
-		if err := controllerutil.SetControllerReference(s.run, preq, r.Scheme); err != nil {
-			return err
-		}
-		want := preq.Spec
-		err = r.Create(ctx, preq)
-		if apierrors.IsAlreadyExists(err) {
-			// Created before a crash, possibly answered since: read it as it is now.
-			if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(preq), preq); err == nil {
-				if !metav1.IsControlledBy(preq, s.run) && preq.DeletionTimestamp != nil {
-					// A previous run of this name left it, deleted but kept until its audit
-					// events are delivered: this call's request waits for the name (its deletion
-					// wakes the run).
-					s.progress.reason = toolnexusv1alpha1.ReasonRequestNameInUse
-					s.progress.message = fmt.Sprintf("PendingRequest %s of a previous run named %s is being deleted (its audit events "+
-						"are still being delivered); this run's request is created once it is gone", preq.Name, s.run.Name)
-					continue
-				}
-				if !metav1.IsControlledBy(preq, s.run) || !equality.Semantic.DeepEqual(preq.Spec, want) {
-					st.End(toolnexusv1alpha1.ReasonStateMismatch, fmt.Sprintf(
-						"PendingRequest %s exists but is not the request this run would create for call %s; delete it or rename the run", preq.Name, call.ID))
-					s.dirty = true
-					return nil
-				}
+		for _, ask := range st.Calls[i].Asks() {
+			if ask.Announced != nil {
+				continue
+			}
+			if err := r.announceAsk(ctx, s, &st.Calls[i], ask); err != nil || st.Ended() {
+				return err
 			}
 		}
-		if err != nil {
-			return fmt.Errorf("creating PendingRequest %s: %w", preq.Name, err)
-		}
-		s.requests[preq.Name] = preq
-		call.Announced = &loop.Announcement{Name: preq.Name, UID: string(preq.UID)}
-		s.dirty = true
-		name, tool, kind := preq.Name, call.Name, call.Request.Kind
-		s.event(func() {
-			r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventToolSuspended, actionStep,
-				"Tool %s suspended (%s); answer PendingRequest %s", tool, kind, name)
-		})
 	}
+	return nil
+}
+
+// announceAsk creates the PendingRequest of the request ask of call (see announce).
+func (r *Reconciler) announceAsk(ctx context.Context, s *scope, call *loop.Call, ask state.Ask) error {
+	st := s.rec.State
+	preq, err := newPendingRequest(s.run, s.spec.Suspension, st.Turn, *call, ask, r.Audit)
+	if err != nil {
+		return err
+	}
+	if err := controllerutil.SetControllerReference(s.run, preq, r.Scheme); err != nil {
+		return err
+	}
+	want := preq.Spec
+	err = r.Create(ctx, preq)
+	if apierrors.IsAlreadyExists(err) {
+		// Created before a crash, possibly answered since: read it as it is now.
+		if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(preq), preq); err == nil {
+			if !metav1.IsControlledBy(preq, s.run) && preq.DeletionTimestamp != nil {
+				// A previous run of this name left it, deleted but kept until its audit events
+				// are delivered: this request waits for the name (its deletion wakes the run).
+				s.progress.reason = toolnexusv1alpha1.ReasonRequestNameInUse
+				s.progress.message = fmt.Sprintf("PendingRequest %s of a previous run named %s is being deleted (its audit events "+
+					"are still being delivered); this run's request is created once it is gone", preq.Name, s.run.Name)
+				return nil
+			}
+			if !metav1.IsControlledBy(preq, s.run) || !equality.Semantic.DeepEqual(preq.Spec, want) {
+				st.End(toolnexusv1alpha1.ReasonStateMismatch, fmt.Sprintf(
+					"PendingRequest %s exists but is not the request this run would create for call %s; delete it or rename the run", preq.Name, call.ID))
+				s.dirty = true
+				return nil
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("creating PendingRequest %s: %w", preq.Name, err)
+	}
+	s.requests[preq.Name] = preq
+	call.Announce(ask.Index, loop.Announcement{Name: preq.Name, UID: string(preq.UID)})
+	s.dirty = true
+	name, tool, kind := preq.Name, call.Name, ask.Request.Kind
+	s.event(func() {
+		r.Recorder.Eventf(s.run, preq, corev1.EventTypeNormal, EventToolSuspended, actionStep,
+			"Tool %s suspended (%s); answer PendingRequest %s", tool, kind, name)
+	})
 	return nil
 }
 
@@ -300,6 +316,9 @@ const (
 	requestTaken
 	// requestPassed: it approved a gate of its call, which now waits on a later gate.
 	requestPassed
+	// requestWithdrawn: its call moved on without its answer while the run goes on (another
+	// request of the call's round was refused, the work that asked it ended).
+	requestWithdrawn
 )
 
 // syncRequests projects the saved state onto the run's requests: a request is open while the
@@ -308,17 +327,21 @@ const (
 func (r *Reconciler) syncRequests(ctx context.Context, s *scope) error {
 	waiting, taken, passing := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, c := range s.rec.State.Calls {
-		if c.Announced == nil {
-			continue
-		}
-		switch c.Phase {
-		case loop.PhaseSuspended:
-			waiting[c.Announced.Name+"/"+c.Announced.UID] = true
-			if c.Gated && len(c.Passed) > 0 {
-				passing[c.ID] = true // its earlier gates' requests passed it on
+		for _, a := range c.Asks() {
+			if a.Announced == nil {
+				continue
 			}
-		case loop.PhaseAnswered:
-			taken[c.Announced.Name+"/"+c.Announced.UID] = true
+			key := a.Announced.Name + "/" + a.Announced.UID
+			switch {
+			case c.Phase == loop.PhaseSuspended && a.Answer == nil:
+				waiting[key] = true
+				if c.Gated && len(c.Passed) > 0 {
+					passing[c.ID] = true // its earlier gates' requests passed it on
+				}
+			case c.Phase == loop.PhaseSuspended, c.Phase == loop.PhaseAnswered:
+				// Taken in; its call runs once every request of its round is answered.
+				taken[key] = true
+			}
 		}
 	}
 	for name, preq := range s.requests {
@@ -346,6 +369,9 @@ func (r *Reconciler) syncRequests(ctx context.Context, s *scope) error {
 				continue
 			}
 			preq = live
+			if preq.Status.Answer == nil && !s.rec.State.Ended() {
+				fate = requestWithdrawn
+			}
 		}
 		before := preq.DeepCopy()
 		setRequestStatus(preq, fate, s.now)
@@ -367,12 +393,12 @@ func setRequestStatus(preq *toolnexusv1alpha1.PendingRequest, fate requestFate, 
 	cancelled := fate != requestOpen && preq.Status.Answer == nil
 	preq.Status.Phase = requestPhase(preq, cancelled)
 	preq.Status.ObservedGeneration = preq.Generation
-	setAnswered(preq, cancelled, now)
+	setAnswered(preq, fate, cancelled, now)
 	setResolved(preq, fate, cancelled, now)
 }
 
 // setAnswered is True once an answer is there, with a reason saying which.
-func setAnswered(preq *toolnexusv1alpha1.PendingRequest, cancelled bool, now time.Time) {
+func setAnswered(preq *toolnexusv1alpha1.PendingRequest, fate requestFate, cancelled bool, now time.Time) {
 	a := preq.Status.Answer
 	switch {
 	case a != nil && a.OK && (preq.Spec.Request.Kind == tools.KindApproval || preq.Spec.Request.Kind == tools.KindAuthorization):
@@ -383,6 +409,8 @@ func setAnswered(preq *toolnexusv1alpha1.PendingRequest, cancelled bool, now tim
 		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonExpired, "Expired unanswered")
 	case a != nil:
 		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionTrue, toolnexusv1alpha1.ReasonDeclined, "Declined by "+answererOf(preq))
+	case cancelled && fate == requestWithdrawn:
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonRunGone, "Its call moved on before an answer came")
 	case cancelled:
 		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionAnswered, metav1.ConditionFalse, toolnexusv1alpha1.ReasonRunGone, "The run ended before an answer came")
 	default:
@@ -406,6 +434,9 @@ func setResolved(preq *toolnexusv1alpha1.PendingRequest, fate requestFate, cance
 		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonGatePassed, "The call passed this gate; it waits on its next one")
 	case fate == requestOpen:
 		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionFalse, toolnexusv1alpha1.ReasonAnswerNotConsumed, "The run has not consumed an answer yet")
+	case cancelled && fate == requestWithdrawn:
+		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone,
+			"Its call no longer waits on it (another request of the call was refused, or its work ended); the request was cancelled")
 	case cancelled:
 		kube.SetCondition(preq, now, toolnexusv1alpha1.ConditionResolved, metav1.ConditionTrue, toolnexusv1alpha1.ReasonRunGone, "The run ended; the request was cancelled")
 	case fate == requestDropped:
@@ -421,12 +452,13 @@ func openSummaries(s *scope) []toolnexusv1alpha1.PendingSummary {
 		return nil
 	}
 	var out []toolnexusv1alpha1.PendingSummary
-	for _, c := range s.rec.State.Suspended() {
-		if c.Announced == nil {
+	for _, o := range s.rec.State.Open() {
+		a := o.Ask
+		if a.Announced == nil {
 			continue
 		}
 		out = append(out, toolnexusv1alpha1.PendingSummary{
-			Name: c.Announced.Name, Kind: c.Request.Kind, Prompt: clip.Marked(c.Request.Prompt, maxStatusPrompt), URL: c.Request.URL, ToolCallID: c.ID,
+			Name: a.Announced.Name, Kind: a.Request.Kind, Prompt: clip.Marked(a.Request.Prompt, maxStatusPrompt), URL: a.Request.URL, ToolCallID: o.Call.ID,
 		})
 	}
 	return out

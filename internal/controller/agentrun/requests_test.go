@@ -83,7 +83,7 @@ func stateOf(calls ...loop.Call) *loop.State {
 // controlled by the run, with the UID the call was announced with (uid-<id> when it was not).
 func requestFor(t *testing.T, run *toolnexusv1alpha1.AgentRun, call loop.Call, edits ...func(*toolnexusv1alpha1.PendingRequest)) *toolnexusv1alpha1.PendingRequest {
 	t.Helper()
-	preq, err := newPendingRequest(run, run.Spec.Suspension, 1, call, false)
+	preq, err := newPendingRequest(run, run.Spec.Suspension, 1, call, call.Asks()[0], false)
 	if err != nil {
 		t.Fatal(err)
 	}

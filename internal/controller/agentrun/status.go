@@ -10,6 +10,7 @@ import (
 
 	toolnexusv1alpha1 "github.com/toolnexus/operator/api/v1alpha1"
 	"github.com/toolnexus/operator/internal/clip"
+	"github.com/toolnexus/operator/internal/controller/runspec"
 	"github.com/toolnexus/operator/internal/kube"
 	"github.com/toolnexus/operator/internal/loop"
 	"github.com/toolnexus/operator/internal/runstore"
@@ -49,10 +50,10 @@ func progressOnly(before, after *toolnexusv1alpha1.AgentRunStatus) bool {
 // moving (a missing Secret, a retrying model) and which tool sources failed.
 type progress struct {
 	reason, message string
-	// mcpFailures names the MCP servers that failed when toolsBuilt; when the tools were not built
-	// this reconcile the ToolsReady condition is left as it was.
-	mcpFailures []string
-	toolsBuilt  bool
+	// mcp is how the MCP servers answered when toolsBuilt; when the tools were not built this
+	// reconcile the ToolsReady condition is left as it was.
+	mcp        runspec.MCPReport
+	toolsBuilt bool
 }
 
 // finished reports whether the run has ended, judged from its status.
@@ -180,12 +181,21 @@ func setToolsReady(run *toolnexusv1alpha1.AgentRun, rec *runstore.Record, p prog
 	if spec, err := effectiveSpec(run, rec); err != nil || len(spec.MCPServers) == 0 {
 		return
 	}
-	if len(p.mcpFailures) > 0 {
+	// Which revision each server speaks says which protocol a tool's requests follow (docs/design.md).
+	answered := ""
+	if len(p.mcp.Revisions) > 0 {
+		answered = ": " + strings.Join(p.mcp.Revisions, ", ")
+	}
+	if len(p.mcp.Failures) > 0 {
+		if answered != "" {
+			answered = "; answered" + answered
+		}
 		kube.SetCondition(run, now, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionFalse, toolnexusv1alpha1.ReasonMCPServerUnavailable,
-			clip.Marked("Some MCP tools are missing: "+strings.Join(p.mcpFailures, "; "), 1024))
+			clip.Marked("Some MCP tools are missing: "+strings.Join(p.mcp.Failures, "; ")+answered, 1024))
 		return
 	}
-	kube.SetCondition(run, now, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonToolsAvailable, "Every MCP server answered")
+	kube.SetCondition(run, now, toolnexusv1alpha1.ConditionToolsReady, metav1.ConditionTrue, toolnexusv1alpha1.ReasonToolsAvailable,
+		clip.Marked("Every MCP server answered"+answered, 1024))
 }
 
 func toolCallSummaries(calls []loop.ToolCall) []toolnexusv1alpha1.ToolCallSummary {

@@ -42,9 +42,9 @@ type stepOutcome struct {
 	from  *runstore.Record
 	state *loop.State
 	err   error
-	// toolsBuilt says whether the MCP servers were connected, and mcpFailures which failed.
-	toolsBuilt  bool
-	mcpFailures []string
+	// toolsBuilt says whether the MCP servers were connected, and mcp how they answered.
+	toolsBuilt bool
+	mcp        runspec.MCPReport
 	// events are those of the reconcile that submitted the step with state it had not saved (an
 	// answer consumed): they are recorded once the outcome, which holds that state, is saved.
 	events []func()
@@ -78,7 +78,7 @@ func (r *Reconciler) submitStep(s *scope, rt *stepper) {
 		st := from.State.Clone()
 		o := &stepOutcome{uid: uid, from: from, state: st, events: events}
 		var tk *tools.Toolkit
-		tk, o.mcpFailures, o.err = rt.Toolkit(ctx)
+		tk, o.mcp, o.err = rt.Toolkit(ctx)
 		if o.err == nil {
 			o.toolsBuilt = true
 			o.err = rt.Client.StepUntilSaved(ctx, st, tk, r.store.Limits().MaxRawBytes)

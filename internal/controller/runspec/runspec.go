@@ -190,10 +190,19 @@ func Build(spec *toolnexusv1alpha1.AgentSpec, env Env) (*Built, error) {
 	return b, nil
 }
 
-// Toolkit connects the MCP servers and returns every tool; mcpFailures names each server that
-// could not be reached, with why (its tools are left out). A tool set that cannot be put together
-// is an *Error.
-func (b *Built) Toolkit(ctx context.Context) (tk *tools.Toolkit, mcpFailures []string, err error) {
+// MCPReport is how the run's MCP servers answered when its tools were built.
+type MCPReport struct {
+	// Failures names each server that could not be reached or does not offer an allow-listed
+	// tool, with why (its tools are left out).
+	Failures []string
+	// Revisions names each server that answered with the MCP revision negotiated with it,
+	// "<name> (MCP <revision>)", in the spec's order.
+	Revisions []string
+}
+
+// Toolkit connects the MCP servers and returns every tool, with how the servers answered. A tool
+// set that cannot be put together is an *Error.
+func (b *Built) Toolkit(ctx context.Context) (tk *tools.Toolkit, report MCPReport, err error) {
 	all := append([]tools.Tool(nil), b.Local...)
 	failed := map[string]error{}
 	for _, spec := range b.MCP {
@@ -201,29 +210,30 @@ func (b *Built) Toolkit(ctx context.Context) (tk *tools.Toolkit, mcpFailures []s
 		if login := (*tools.LoginRequiredError)(nil); errors.As(err, &login) {
 			standIns, err := tools.SignInTools(spec)
 			if err != nil {
-				return nil, mcpFailures, invalid(toolnexusv1alpha1.ReasonInvalidTool, err)
+				return nil, report, invalid(toolnexusv1alpha1.ReasonInvalidTool, err)
 			}
 			all = append(all, standIns...)
 			continue
 		}
 		if err != nil {
-			mcpFailures = append(mcpFailures, fmt.Sprintf("%s: %v", spec.Name, err))
+			report.Failures = append(report.Failures, fmt.Sprintf("%s: %v", spec.Name, err))
 			failed[spec.Name] = err
 			continue
 		}
 		all = append(all, server.Tools()...)
+		report.Revisions = append(report.Revisions, fmt.Sprintf("%s (MCP %s)", spec.Name, server.Revision()))
 		if missing := server.MissingTools(); len(missing) > 0 {
 			// An allow-list entry the server does not offer is most likely a typo: say so.
-			mcpFailures = append(mcpFailures, fmt.Sprintf("%s: does not offer the allow-listed tools %s", spec.Name, strings.Join(missing, ", ")))
+			report.Failures = append(report.Failures, fmt.Sprintf("%s: does not offer the allow-listed tools %s", spec.Name, strings.Join(missing, ", ")))
 		}
 	}
 	if tk, err = tools.NewToolkit(all...); err != nil {
-		return nil, mcpFailures, invalid(toolnexusv1alpha1.ReasonInvalidTool, err)
+		return nil, report, invalid(toolnexusv1alpha1.ReasonInvalidTool, err)
 	}
 	for server, err := range failed {
 		tk.Unreachable(server, err)
 	}
-	return tk, mcpFailures, nil
+	return tk, report, nil
 }
 
 // gateHooks turns the platform's policies and spec.approvals into the BeforeTool hook that raises

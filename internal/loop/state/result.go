@@ -15,7 +15,7 @@ const (
 )
 
 // Result summarises the state as a toolnexus RunResult. While calls wait for an answer the status
-// is StatusPending, Pending is the first open Request in call order and Text its prompt.
+// is StatusPending, Pending is the first open Request in call order (Open) and Text its prompt.
 func (st *State) Result() RunResult {
 	res := RunResult{
 		Text:          st.Text,
@@ -28,8 +28,8 @@ func (st *State) Result() RunResult {
 		Status:        st.Status,
 		Limit:         st.Limit,
 	}
-	if open := st.Suspended(); st.Status == "" && len(open) > 0 {
-		req := *open[0].Request
+	if open := st.Open(); st.Status == "" && len(open) > 0 {
+		req := open[0].Ask.Request
 		res.Status, res.Pending, res.Text = StatusPending, &req, req.Prompt
 	}
 	return res

@@ -166,18 +166,23 @@ func Settle(st *State, end *StepEnd, seen []Seen, now time.Time, p Policy) Settl
 		byName[seen[i].Name] = &seen[i]
 	}
 	for _, call := range st.Suspended() {
-		if call.Announced == nil {
-			continue
-		}
-		s := byName[call.Announced.Name]
-		if s == nil {
-			// Not seen yet (a cache that lags behind the create): its answer wakes the run.
-			continue
-		}
-		if settleCall(st, call, s, now, p, &out); st.Ended() {
-			endWaits(st, "the run ended", &out)
-			out.WakeAt = time.Time{}
-			return out
+		for _, ask := range call.Asks() {
+			if ask.Announced == nil || ask.Answer != nil {
+				continue
+			}
+			s := byName[ask.Announced.Name]
+			if s == nil {
+				// Not seen yet (a cache that lags behind the create): its answer wakes the run.
+				continue
+			}
+			if st.call(call.ID).Phase != PhaseSuspended {
+				break // a refusal of an earlier request of the call finished it
+			}
+			if settleAsk(st, call, ask, s, now, p, &out); st.Ended() {
+				endWaits(st, "the run ended", &out)
+				out.WakeAt = time.Time{}
+				return out
+			}
 		}
 	}
 	endWaits(st, "the request it asked was not answered", &out)
@@ -254,11 +259,11 @@ func lastStatus(w *Wait) string {
 	return w.Status
 }
 
-// settleCall decides what request s means for call.
-func settleCall(st *State, call Call, s *Seen, now time.Time, p Policy, out *Settlement) {
-	name := call.Announced.Name
+// settleAsk decides what request s means for the request ask of call.
+func settleAsk(st *State, call Call, ask Ask, s *Seen, now time.Time, p Policy, out *Settlement) {
+	name := ask.Announced.Name
 	decline := func(kind EffectKind, reason, message string) {
-		if st.Answer(call.ID, wire.AnswerDeclined(call.Request.ID, reason)) == nil {
+		if st.AnswerAsk(call.ID, ask.Index, wire.AnswerDeclined(ask.Request.ID, reason)) == nil {
 			out.Changed = true
 		}
 		out.Effects = append(out.Effects, Effect{Kind: kind, Name: name, UID: s.UID, CallID: call.ID, Message: message})
@@ -267,12 +272,12 @@ func settleCall(st *State, call Call, s *Seen, now time.Time, p Policy, out *Set
 		decline(EffectDeleted, "the PendingRequest was deleted", "")
 		return
 	}
-	if err := mismatch(call, s); err != "" {
+	if err := mismatch(call, ask, s); err != "" {
 		st.End(ReasonStateMismatch, err)
 		out.Changed = true
 		return
 	}
-	exp, hasExpiry := expiry(call)
+	exp, hasExpiry := expiry(ask.Request)
 	fail, rule := p.OnTimeoutFail, "spec.suspension.onTimeout is Fail"
 	if g := call.Gate; g != nil && g.OnTimeout != "" {
 		// A gate's own rule (a platform's policy) decides for its request, whatever the run says.
@@ -301,7 +306,7 @@ func settleCall(st *State, call Call, s *Seen, now time.Time, p Policy, out *Set
 		}
 	default:
 		a := *s.Answer
-		if err := st.Answer(call.ID, a); err != nil {
+		if err := st.AnswerAsk(call.ID, ask.Index, a); err != nil {
 			// Admission should have refused it; it is immutable now, so the model is told.
 			decline(EffectInvalidAnswer, "invalid answer: "+err.Error(), err.Error())
 			return
@@ -311,16 +316,16 @@ func settleCall(st *State, call Call, s *Seen, now time.Time, p Policy, out *Set
 	}
 }
 
-// mismatch says how request s differs from the request the state holds for call: another object,
-// another call, another request, or other arguments than the retry would run with.
-func mismatch(call Call, s *Seen) string {
+// mismatch says how request s differs from the request ask the state holds for call: another
+// object, another call, another request, or other arguments than the retry would run with.
+func mismatch(call Call, ask Ask, s *Seen) string {
 	switch {
-	case s.UID != call.Announced.UID:
+	case s.UID != ask.Announced.UID:
 		return fmt.Sprintf("PendingRequest %s is not the request this run created for call %s (it was replaced)", s.Name, call.ID)
 	case s.CallID != call.ID || s.CallName != call.Name:
 		return fmt.Sprintf("PendingRequest %s shows call %s of %s, the run's record holds call %s of %s", s.Name, s.CallID, s.CallName, call.ID, call.Name)
-	case s.RequestID != call.Request.ID || s.Kind != call.Request.Kind:
-		return fmt.Sprintf("PendingRequest %s shows request %s (%s), the run's record holds request %s (%s)", s.Name, s.RequestID, s.Kind, call.Request.ID, call.Request.Kind)
+	case s.RequestID != ask.Request.ID || s.Kind != ask.Request.Kind:
+		return fmt.Sprintf("PendingRequest %s shows request %s (%s), the run's record holds request %s (%s)", s.Name, s.RequestID, s.Kind, ask.Request.ID, ask.Request.Kind)
 	case s.Args != call.Args:
 		return fmt.Sprintf("PendingRequest %s shows other arguments for call %s than the run's record holds; the call does not run", s.Name, call.ID)
 	}
@@ -348,12 +353,12 @@ func settleFailure(st *State, f *Failure, now time.Time, p Policy, out *Settleme
 	}
 }
 
-// expiry is when call's request expires, from the saved state.
-func expiry(call Call) (time.Time, bool) {
-	if call.Request == nil || call.Request.ExpiresAt == "" {
+// expiry is when req expires, from the saved state.
+func expiry(req wire.Request) (time.Time, bool) {
+	if req.ExpiresAt == "" {
 		return time.Time{}, false
 	}
-	t, err := time.Parse(time.RFC3339, call.Request.ExpiresAt)
+	t, err := time.Parse(time.RFC3339, req.ExpiresAt)
 	return t, err == nil
 }
 
@@ -361,11 +366,13 @@ func expiry(call Call) (time.Time, bool) {
 func nearestExpiry(st *State) time.Time {
 	var wake time.Time
 	for _, call := range st.Suspended() {
-		if call.Announced == nil {
-			continue
-		}
-		if exp, ok := expiry(call); ok {
-			wake = earliest(wake, exp)
+		for _, ask := range call.Asks() {
+			if ask.Announced == nil || ask.Answer != nil {
+				continue
+			}
+			if exp, ok := expiry(ask.Request); ok {
+				wake = earliest(wake, exp)
+			}
 		}
 	}
 	return wake
@@ -383,43 +390,78 @@ func earliest(a, b time.Time) time.Time {
 // with the error result "declined/expired: <prompt>" (plus "\nreason: <reason>"), so the tool
 // never runs again; an approval makes the call runnable: the next Step re-executes it once with
 // the answer. An answer that does not fit its request is refused and st is left unchanged.
+//
+// A call that asked a round (Call.Round) takes the answer for the request a.ID names, or without
+// an id for the first it still waits on (AnswerAsk); it runs once every request is answered.
 func (st *State) Answer(callID string, a wire.Answer) error {
-	i := -1
-	for j := range st.Calls {
-		if st.Calls[j].ID == callID {
-			i = j
-			break
+	call := st.call(callID)
+	if call == nil || call.Round == nil {
+		return st.AnswerAsk(callID, 0, a)
+	}
+	for _, ask := range call.Asks() {
+		if ask.Answer == nil && (a.ID == "" || a.ID == ask.Request.ID) {
+			return st.AnswerAsk(callID, ask.Index, a)
 		}
 	}
-	if i < 0 {
+	return fmt.Errorf("state: answer id %q names none of the requests tool call %q still waits on", a.ID, callID)
+}
+
+// AnswerAsk records the answer to the request index (Ask.Index) of a suspended call, as Answer
+// does: a refusal of any request of a round finishes the call with that request's prompt, and the
+// call runs again once every request of its round is answered ok.
+func (st *State) AnswerAsk(callID string, index int, a wire.Answer) error {
+	call := st.call(callID)
+	if call == nil {
 		return fmt.Errorf("state: no tool call %q in the current turn", callID)
 	}
-	call := &st.Calls[i]
+	var req *wire.Request
+	var slot **wire.Answer
 	switch {
-	case call.Answer != nil:
+	case index == 0:
+		req, slot = call.Request, &call.Answer
+	case call.Round != nil && index > 0 && index <= len(call.Round.More):
+		in := &call.Round.More[index-1]
+		req, slot = &in.Request, &in.Answer
+	default:
+		return fmt.Errorf("state: tool call %q has no request %d", callID, index)
+	}
+	switch {
+	case *slot != nil:
 		return fmt.Errorf("state: tool call %q is already answered", callID)
 	case call.Phase != PhaseSuspended:
 		return fmt.Errorf("state: tool call %q is not waiting for an answer (phase %s)", callID, call.Phase)
 	}
-	if err := ValidateAnswer(*call.Request, a); err != nil {
+	if err := ValidateAnswer(*req, a); err != nil {
 		return err
 	}
 	ans := a
 	if ans.ID == "" {
 		// The id is optional for the answerer; the tool sees the answer as addressed to its request.
-		ans.ID = call.Request.ID
+		ans.ID = req.ID
 	}
-	call.Answer = &ans
+	*slot = &ans
 	if a.OK {
-		call.Phase = PhaseAnswered
+		if call.Answer != nil && call.roundAnswered() {
+			call.Phase = PhaseAnswered
+		}
 		return nil
 	}
-	out := "declined/expired: " + call.Request.Prompt
+	out := "declined/expired: " + req.Prompt
 	if a.Reason != "" {
 		// A timeout must never read as a refusal, so the reason travels with the result.
 		out += "\nreason: " + a.Reason
 	}
 	call.Phase, call.Result = PhaseDone, &wire.ToolResult{Output: out, IsError: true}
+	return nil
+}
+
+// call is the call callID of the current turn, or nil.
+func (st *State) call(callID string) *Call {
+	for i := range st.Calls {
+		if st.Calls[i].ID == callID {
+			return &st.Calls[i]
+		}
+	}
 	return nil
 }
 

@@ -107,6 +107,68 @@ type Call struct {
 	// Wait is the external work the call waits on (see Wait). It stays while the work asks a
 	// person something, so that the answer goes to the work and the call never starts it again.
 	Wait *Wait `json:"wait,omitempty"`
+	// Round is set while the call waits on a round of requests the tool asked at once
+	// (wire.Round): Request is the round's first, Round.More the others (see Asks).
+	Round *Round `json:"round,omitempty"`
+}
+
+// Round is what a call asked in one go, beyond its Request: every request is published and
+// answered on its own, and the call runs again once, when every one is answered ok.
+type Round struct {
+	// Number counts the call's rounds from 1: a tool that asks for other input after the answers
+	// starts the next one (see loop.MaxInputRounds).
+	Number int `json:"number"`
+	// Resume is what the tool asked to be handed back with the answers (an MCP requestState),
+	// verbatim.
+	Resume string `json:"resume,omitempty"`
+	// Key is the tool's key of the call's Request.
+	Key string `json:"key"`
+	// More are the round's other requests, in the order asked.
+	More []Input `json:"more,omitempty"`
+}
+
+// Input is a request of a round after its first, with what its call's Request has beside it.
+type Input struct {
+	Key       string        `json:"key"`
+	Request   wire.Request  `json:"request"`
+	Answer    *wire.Answer  `json:"answer,omitempty"`
+	Announced *Announcement `json:"announced,omitempty"`
+}
+
+// Ask is one request of a suspended call as its host publishes and settles it: the call's Request,
+// or one of its round's others.
+type Ask struct {
+	// Index is 0 for the call's Request and i+1 for Round.More[i].
+	Index     int
+	Key       string
+	Request   wire.Request
+	Answer    *wire.Answer
+	Announced *Announcement
+}
+
+// Asks lists the requests the call asked, its Request first; none when it asked nothing.
+func (c Call) Asks() []Ask {
+	if c.Request == nil {
+		return nil
+	}
+	asks := []Ask{{Request: *c.Request, Answer: c.Answer, Announced: c.Announced}}
+	if c.Round == nil {
+		return asks
+	}
+	asks[0].Key = c.Round.Key
+	for i, in := range c.Round.More {
+		asks = append(asks, Ask{Index: i + 1, Key: in.Key, Request: in.Request, Answer: in.Answer, Announced: in.Announced})
+	}
+	return asks
+}
+
+// Announce records that the host published the call's request index (Ask.Index) as a.
+func (c *Call) Announce(index int, a Announcement) {
+	if index == 0 {
+		c.Announced = &a
+		return
+	}
+	c.Round.More[index-1].Announced = &a
 }
 
 // Wait is a call's wait on external work that is not a person: the tool's handle of the work, and
@@ -253,6 +315,26 @@ func (st *State) Suspended() []Call {
 	return out
 }
 
+// OpenAsk is a request a suspended call still waits on an answer to.
+type OpenAsk struct {
+	Call Call
+	Ask  Ask
+}
+
+// Open lists the requests the suspended calls still wait on, in call order and, within a call,
+// in the order asked.
+func (st *State) Open() []OpenAsk {
+	var out []OpenAsk
+	for _, c := range st.Suspended() {
+		for _, a := range c.Asks() {
+			if a.Answer == nil {
+				out = append(out, OpenAsk{Call: c, Ask: a})
+			}
+		}
+	}
+	return out
+}
+
 // UnmarshalJSON decodes a State and checks that every call has what its phase needs, so a
 // damaged record is an error when it is read rather than a panic when it is stepped.
 func (st *State) UnmarshalJSON(data []byte) error {
@@ -278,7 +360,7 @@ func (st *State) validate() error {
 		switch {
 		case c.Phase == PhaseQueued:
 		case c.Phase == PhaseSuspended && c.Request != nil && c.Args != "":
-		case c.Phase == PhaseAnswered && c.Request != nil && c.Answer != nil && c.Args != "":
+		case c.Phase == PhaseAnswered && c.Request != nil && c.Answer != nil && c.Args != "" && c.roundAnswered():
 		case c.Phase == PhaseWaiting && c.Wait != nil && c.Args != "":
 		case c.Phase == PhaseDone && c.Result != nil:
 		default:
@@ -345,5 +427,31 @@ func (c Call) clone() Call {
 		w := *c.Wait
 		c.Wait = &w
 	}
+	if c.Round != nil {
+		r := *c.Round
+		r.More = append([]Input(nil), r.More...)
+		for i := range r.More {
+			r.More[i].Answer = dup(r.More[i].Answer)
+			if a := r.More[i].Announced; a != nil {
+				dupA := *a
+				r.More[i].Announced = &dupA
+			}
+		}
+		c.Round = &r
+	}
 	return c
+}
+
+// roundAnswered reports whether every request of the call's round beyond its Request has an
+// answer (true without a round).
+func (c Call) roundAnswered() bool {
+	if c.Round == nil {
+		return true
+	}
+	for _, in := range c.Round.More {
+		if in.Answer == nil {
+			return false
+		}
+	}
+	return true
 }

@@ -33,6 +33,8 @@ type TaskServer struct {
 	polls, updates int
 	cancelled      []string
 	traceparents   []string
+	// refusing makes every request fail with 503, as a server that is down.
+	refusing bool
 }
 
 // TaskSpec is the course of a task tool's tasks.
@@ -55,8 +57,9 @@ type fakeTask struct {
 	responses map[string]json.RawMessage
 }
 
-// ServeTasks starts a task server with the task tools specs and the plain tool "echo"; it closes
-// when the test ends.
+// ServeTasks starts a task server with the task tools specs and two plain tools: "echo", and
+// "confirm", which asks for a confirmation (input_required, requestState "confirm-1") and answers
+// "confirmed: <action> (requestState <what came back>)". It closes when the test ends.
 func ServeTasks(t interface {
 	Cleanup(func())
 }, specs map[string]TaskSpec) *TaskServer {
@@ -72,12 +75,28 @@ func ServeTasks(t interface {
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran without a task"}}}, nil
 			})
 	}
+	server.AddTool(&mcp.Tool{Name: "confirm", InputSchema: object}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ts.count("confirm")
+		if r, ok := req.Params.InputResponses["ok"].(*mcp.ElicitResult); ok {
+			text := fmt.Sprintf("confirmed: %s (requestState %s)", r.Action, req.Params.RequestState)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
+		}
+		return &mcp.CallToolResult{RequestState: "confirm-1", InputRequests: mcp.InputRequestMap{"ok": &mcp.ElicitParams{
+			Mode: "form", Message: "Go ahead?", RequestedSchema: map[string]any{"type": "object"}}}}, nil
+	})
 	server.AddTool(&mcp.Tool{Name: "echo", InputSchema: object}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		ts.count("echo")
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echo " + string(req.Params.Arguments)}}}, nil
 	})
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: true})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ts.mu.Lock()
+		refusing := ts.refusing
+		ts.mu.Unlock()
+		if refusing {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
 		if r.Method != http.MethodPost {
 			sdk.ServeHTTP(w, r)
 			return
@@ -255,6 +274,14 @@ func (ts *TaskServer) count(tool string) {
 func (ts *TaskServer) SetPollInterval(ms int64) {
 	ts.mu.Lock()
 	ts.pollIntervalMs = ms
+	ts.mu.Unlock()
+}
+
+// Refuse makes the server answer every request from now on with 503 (refuse true), or serve
+// again (false).
+func (ts *TaskServer) Refuse(refuse bool) {
+	ts.mu.Lock()
+	ts.refusing = refuse
 	ts.mu.Unlock()
 }
 
