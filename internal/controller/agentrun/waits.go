@@ -2,6 +2,7 @@ package agentrun
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -47,59 +48,40 @@ func (r *Reconciler) cancelWait(ctx context.Context, s *scope, e state.Effect) {
 		log.Error(err, "Cannot build the run's tools to cancel its task")
 		return
 	}
-	if w.Kind == tools.WaitKindA2ATask {
-		r.cancelA2ATask(ctx, s, rt, *w, e.Message)
-		return
-	}
-	var spec *tools.MCPServerSpec
-	for i := range rt.MCP {
-		if rt.MCP[i].Name == w.Server {
-			spec = &rt.MCP[i]
+	handle, why := *w, e.Message
+	var what string
+	var cancelTask func(context.Context) error
+	switch w.Kind {
+	case tools.WaitKindA2ATask:
+		for i := range rt.A2A {
+			if spec := rt.A2A[i]; spec.Name == w.Server {
+				what = fmt.Sprintf("A2A task %s of tool %s", w.ID, w.Server)
+				cancelTask = func(ctx context.Context) error { return tools.CancelA2ATask(ctx, spec, handle) }
+			}
+		}
+	default:
+		for i := range rt.MCP {
+			if spec := rt.MCP[i]; spec.Name == w.Server {
+				what = fmt.Sprintf("MCP task %s on %s", w.ID, w.Server)
+				cancelTask = func(ctx context.Context) error { return tools.CancelMCPTask(ctx, spec, handle) }
+			}
 		}
 	}
-	if spec == nil {
-		log.Info("The task's MCP server is no longer in the run's spec; the task is left to its TTL")
-		return
-	}
-	run, handle, why := s.run.DeepCopy(), *w, e.Message
-	// Its own key: the run's key is its steps', and a cancelled run's step key is being cancelled.
-	key := "tasks/cancel/" + run.Namespace + "/" + run.Name + "/" + handle.ID
-	r.Executor.Submit(executor.Job{Key: key, Share: run.Namespace, Run: func(ctx context.Context) {
-		if err := tools.CancelMCPTask(ctx, *spec, handle); err != nil {
-			log.Info("Cancelling the task failed", "error", err.Error())
-			r.Recorder.Eventf(run, nil, corev1.EventTypeWarning, EventTaskCancelFailed, actionStep,
-				"Cancelling MCP task %s on %s failed (%s): %s", handle.ID, handle.Server, why, clip.Marked(err.Error(), 512))
-			return
-		}
-		r.Recorder.Eventf(run, nil, corev1.EventTypeNormal, EventTaskCancelled, actionStep,
-			"Cancelled MCP task %s on %s: %s", handle.ID, handle.Server, why)
-	}})
-}
-
-// cancelA2ATask cancels the remote task w of the A2A tool it names (CancelTask), in the executor.
-func (r *Reconciler) cancelA2ATask(ctx context.Context, s *scope, rt *stepper, w tools.Wait, why string) {
-	log := ctrl.LoggerFrom(ctx).WithValues("run", klog.KObj(s.run), "task", w.ID, "tool", w.Server)
-	var spec *tools.A2AToolSpec
-	for i := range rt.A2A {
-		if rt.A2A[i].Name == w.Server {
-			spec = &rt.A2A[i]
-		}
-	}
-	if spec == nil {
-		log.Info("The task's A2A tool is no longer in the run's spec; the task is left to its agent")
+	if cancelTask == nil {
+		log.Info("What the task runs on is no longer in the run's spec; the task is left to its own TTL")
 		return
 	}
 	run := s.run.DeepCopy()
-	key := "tasks/cancel/" + run.Namespace + "/" + run.Name + "/" + w.ID
+	// Its own key: the run's key is its steps', and a cancelled run's step key is being cancelled.
+	key := "tasks/cancel/" + run.Namespace + "/" + run.Name + "/" + handle.ID
 	r.Executor.Submit(executor.Job{Key: key, Share: run.Namespace, Run: func(ctx context.Context) {
-		if err := tools.CancelA2ATask(ctx, *spec, w); err != nil {
-			log.Info("Cancelling the A2A task failed", "error", err.Error())
+		if err := cancelTask(ctx); err != nil {
+			log.Info("Cancelling the task failed", "error", err.Error())
 			r.Recorder.Eventf(run, nil, corev1.EventTypeWarning, EventTaskCancelFailed, actionStep,
-				"Cancelling A2A task %s of tool %s failed (%s): %s", w.ID, w.Server, why, clip.Marked(err.Error(), 512))
+				"Cancelling %s failed (%s): %s", what, why, clip.Marked(err.Error(), 512))
 			return
 		}
-		r.Recorder.Eventf(run, nil, corev1.EventTypeNormal, EventTaskCancelled, actionStep,
-			"Cancelled A2A task %s of tool %s: %s", w.ID, w.Server, why)
+		r.Recorder.Eventf(run, nil, corev1.EventTypeNormal, EventTaskCancelled, actionStep, "Cancelled %s: %s", what, why)
 	}})
 }
 
