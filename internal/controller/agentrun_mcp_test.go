@@ -137,7 +137,9 @@ var _ = Describe("Metrics", func() {
 		reqs := waitSuspended(run, 1)
 		Expect(metricValue("toolnexus_tool_calls_total", map[string]string{"tool": "metered", "pending": "true", "is_error": "false"})).To(Equal(1.0))
 		// The gauge counts the manager's cache when scraped, which may lag the API server a moment.
-		Eventually(func() float64 { return metricValue("toolnexus_pending_requests", map[string]string{"kind": "approval"}) }, eventually).
+		Eventually(func() float64 {
+			return metricValue("toolnexus_pending_requests", map[string]string{"kind": "approval"})
+		}, eventually).
 			Should(BeNumerically(">=", 1))
 		Expect(metricValue("toolnexus_llm_requests_total", map[string]string{"model": "gpt-4o-mini", "status": "200"})).To(BeNumerically(">=", 1))
 		answer(&reqs[0], `{"ok":true}`)
